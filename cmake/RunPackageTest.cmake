@@ -1,0 +1,99 @@
+# Package consumer test, run by ctest as `cmake -P RunPackageTest.cmake`.
+#
+# 1. installs the already-built simpler build tree into a fresh prefix,
+# 2. configures tests/package against that prefix with find_package(simpler),
+# 3. builds it and runs the resulting program.
+# Any failing step fails the test.
+#
+# Inputs (-D...): SIMPLER_BINARY_DIR, SIMPLER_LIBRARY_FILE, PACKAGE_SOURCE_DIR,
+# WORK_DIR, and optionally CONFIG, GENERATOR, CXX_COMPILER.
+
+cmake_minimum_required(VERSION 3.25)
+
+foreach(_var IN ITEMS SIMPLER_BINARY_DIR SIMPLER_LIBRARY_FILE PACKAGE_SOURCE_DIR WORK_DIR)
+  if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
+    message(FATAL_ERROR "RunPackageTest: ${_var} is not set")
+  endif()
+endforeach()
+if(NOT GENERATOR)
+  set(GENERATOR "Ninja")
+endif()
+
+if(NOT EXISTS "${SIMPLER_LIBRARY_FILE}")
+  message(FATAL_ERROR
+    "RunPackageTest: ${SIMPLER_LIBRARY_FILE} does not exist; build the project before running ctest.")
+endif()
+
+set(_prefix "${WORK_DIR}/prefix")
+set(_build "${WORK_DIR}/build")
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+set(_config_args "")
+set(_build_type_arg "")
+if(CONFIG)
+  set(_config_args --config "${CONFIG}")
+  set(_build_type_arg "-DCMAKE_BUILD_TYPE=${CONFIG}")
+endif()
+set(_compiler_arg "")
+if(CXX_COMPILER)
+  set(_compiler_arg "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
+endif()
+
+message(STATUS "RunPackageTest: installing ${SIMPLER_BINARY_DIR} into ${_prefix}")
+execute_process(
+  COMMAND "${CMAKE_COMMAND}" --install "${SIMPLER_BINARY_DIR}" --prefix "${_prefix}" ${_config_args}
+  COMMAND_ECHO STDOUT
+  COMMAND_ERROR_IS_FATAL ANY)
+
+message(STATUS "RunPackageTest: configuring ${PACKAGE_SOURCE_DIR}")
+execute_process(
+  COMMAND "${CMAKE_COMMAND}"
+    -S "${PACKAGE_SOURCE_DIR}"
+    -B "${_build}"
+    -G "${GENERATOR}"
+    "-DCMAKE_PREFIX_PATH=${_prefix}"
+    ${_build_type_arg}
+    ${_compiler_arg}
+  COMMAND_ECHO STDOUT
+  COMMAND_ERROR_IS_FATAL ANY)
+
+# Make sure the consumer found the freshly installed package, not another copy.
+file(STRINGS "${_build}/CMakeCache.txt" _simpler_dir_line REGEX "^simpler_DIR:")
+string(REGEX REPLACE "^simpler_DIR:[A-Z]+=" "" _simpler_dir "${_simpler_dir_line}")
+file(REAL_PATH "${_prefix}" _real_prefix)
+file(REAL_PATH "${_simpler_dir}" _real_simpler_dir)
+string(FIND "${_real_simpler_dir}" "${_real_prefix}/" _pos)
+if(NOT _pos EQUAL 0)
+  message(FATAL_ERROR
+    "RunPackageTest: consumer found simpler in '${_simpler_dir}', not under '${_prefix}'")
+endif()
+
+message(STATUS "RunPackageTest: building the consumer")
+execute_process(
+  COMMAND "${CMAKE_COMMAND}" --build "${_build}" ${_config_args}
+  COMMAND_ECHO STDOUT
+  COMMAND_ERROR_IS_FATAL ANY)
+
+set(_exe "")
+foreach(_candidate IN ITEMS
+    "${_build}/simpler_package_consumer"
+    "${_build}/simpler_package_consumer.exe"
+    "${_build}/${CONFIG}/simpler_package_consumer"
+    "${_build}/${CONFIG}/simpler_package_consumer.exe")
+  if(EXISTS "${_candidate}" AND NOT IS_DIRECTORY "${_candidate}")
+    set(_exe "${_candidate}")
+    break()
+  endif()
+endforeach()
+if(NOT _exe)
+  message(FATAL_ERROR "RunPackageTest: consumer executable not found under ${_build}")
+endif()
+
+message(STATUS "RunPackageTest: running ${_exe}")
+execute_process(
+  COMMAND "${_exe}"
+  COMMAND_ECHO STDOUT
+  COMMAND_ERROR_IS_FATAL ANY)
+
+message(STATUS "RunPackageTest: OK")

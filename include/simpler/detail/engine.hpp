@@ -1,0 +1,210 @@
+// simpler::detail — state shared by the Orchestrator, the Scheduler and the lanes of one Worker.
+//
+// None of this depends on the lane types, so it is compiled once in lib/. The hand-offs:
+//   Orchestrator --ready_inbox--> Scheduler --LaneCore::post--> lane thread
+//   lane thread --done stack--> Scheduler --retire_inbox--> Orchestrator
+// Each arrow is a lock-free stack plus an EventCount, so an idle receiver sleeps and a busy one
+// is never woken by a syscall.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "simpler/callable.hpp"
+#include "simpler/detail/event_count.hpp"
+#include "simpler/detail/slot.hpp"
+#include "simpler/error.hpp"
+#include "simpler/task_args.hpp"
+
+namespace simpler {
+class Orchestrator;
+
+/// What a leaf is asked to run: the callable's identity, its arguments and its config. The
+/// pointed-to data lives until the leaf returns.
+struct LeafRequest {
+  std::uint64_t digest = 0;
+  std::uint32_t index_hint = 0;  ///< the parent's registry index; a hint, the digest decides
+  TaskArgsView args;
+  const CallConfig* config = nullptr;
+};
+
+namespace detail {
+
+enum class Role : std::uint8_t { NextLevel, Sub };
+
+/// The scheduler-facing half of a lane (a WorkerThread). Not a template, so the scheduler's hot
+/// path touches no lane-type-specific code: it writes the task here and posts it.
+struct LaneCore {
+  LaneCore(Role r, WorkerId i, std::string n) : role(r), id(i), name(std::move(n)) {}
+  LaneCore(const LaneCore&) = delete;
+  LaneCore& operator=(const LaneCore&) = delete;
+
+  const Role role;
+  const WorkerId id;
+  const std::string name;  ///< "sub worker 0", used in error messages
+
+  // ---- Scheduler-private.
+  bool busy = false;
+  bool reserved = false;
+  std::uint32_t index = 0;  ///< position in the scheduler's lane table of this role
+
+  // ---- Scheduler -> lane. The scheduler writes task_slot/task_member, then bumps `posted`
+  // (seq_cst, pairs with the lane's load) and notifies `wake`.
+  TaskSlot task_slot = kInvalidSlot;
+  std::uint32_t task_member = 0;
+  std::atomic<std::uint32_t> posted{0};
+  std::atomic<bool> stopping{false};
+  EventCount wake;
+
+  // ---- Lane -> scheduler. Filled by the lane thread before it pushes itself on the done stack.
+  Outcome outcome = Outcome::Success;
+  std::string message;   ///< failure text (reused buffer)
+  std::string callable;  ///< failing callable's name
+  LaneCore* next_done = nullptr;
+};
+
+/// A lock-free stack of finished lanes (each lane has at most one task in flight).
+class LaneStack {
+ public:
+  void push(LaneCore* l) noexcept {
+    LaneCore* head = head_.load(std::memory_order_relaxed);
+    do {
+      l->next_done = head;
+    } while (!head_.compare_exchange_weak(head, l, std::memory_order_seq_cst,
+                                          std::memory_order_relaxed));
+  }
+  [[nodiscard]] bool empty() const noexcept {
+    return head_.load(std::memory_order_seq_cst) == nullptr;
+  }
+  LaneCore* take_fifo() noexcept {
+    LaneCore* l = head_.exchange(nullptr, std::memory_order_acquire);
+    LaneCore* out = nullptr;
+    while (l != nullptr) {
+      LaneCore* n = l->next_done;
+      l->next_done = out;
+      out = l;
+      l = n;
+    }
+    return out;
+  }
+
+ private:
+  std::atomic<LaneCore*> head_{nullptr};
+};
+
+using SubFn = std::function<void(TaskArgsView)>;
+using OrchFn = std::function<void(Orchestrator&, TaskArgsView, const CallConfig&)>;
+
+/// Callables registered on one Worker. Appended to only outside runs; read by lanes during runs
+/// (the run's hand-offs order the two). Forked children inherit it.
+class CallableRegistry {
+ public:
+  struct Entry {
+    CallableKind kind;
+    std::string name;
+    std::uint64_t digest;
+    SubFn sub;
+    OrchFn orch;
+  };
+
+  explicit CallableRegistry(std::uint64_t owner) : owner_(owner) {}
+
+  CallableHandle add(CallableKind kind, std::string name, SubFn sub, OrchFn orch);
+  /// The entry `h` names; throws UsageError for a foreign, unknown or stale handle.
+  const Entry& check(const CallableHandle& h) const;
+  /// The entry with this digest (index_hint tried first), or nullptr.
+  const Entry* find(std::uint64_t digest, std::uint32_t index_hint) const noexcept;
+  /// Name for messages; "<unknown callable 0x...>" when the digest is not registered.
+  std::string name_of(std::uint64_t digest, std::uint32_t index_hint) const;
+  [[nodiscard]] std::uint64_t owner() const noexcept { return owner_; }
+  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+
+ private:
+  std::uint64_t owner_;
+  std::vector<Entry> entries_;
+  std::unordered_map<std::uint64_t, std::uint32_t> by_digest_;
+};
+
+/// Tunables shared by the engine's threads.
+struct EngineTiming {
+  std::chrono::nanoseconds spin{std::chrono::microseconds(20)};  ///< spin before sleeping
+  std::chrono::milliseconds heap_wait{10'000};   ///< longest wait for heap ring space
+  std::chrono::milliseconds idle_tick{200};      ///< scheduler's liveness-check period
+};
+
+/// Per-run state: the first error and the cancellation flag.
+class RunState {
+ public:
+  void begin(std::uint32_t id) {
+    std::lock_guard lk(mu_);
+    id_ = id;
+    first_error_ = nullptr;
+    failed_.store(false, std::memory_order_relaxed);
+    cancelled_.store(false, std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint32_t id() const noexcept { return id_; }
+  /// Records `e` if it is the run's first error (thread-safe).
+  void fail(std::exception_ptr e) {
+    std::lock_guard lk(mu_);
+    if (!first_error_) first_error_ = std::move(e);
+    failed_.store(true, std::memory_order_release);
+  }
+  [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::exception_ptr first_error() const {
+    std::lock_guard lk(mu_);
+    return first_error_;
+  }
+  void cancel() noexcept { cancelled_.store(true, std::memory_order_release); }
+  [[nodiscard]] bool cancelled() const noexcept {
+    return cancelled_.load(std::memory_order_acquire);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::uint32_t id_ = 0;
+  std::exception_ptr first_error_;
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> cancelled_{false};
+};
+
+/// Everything the three components share.
+struct EngineCore {
+  int level = 3;
+  EngineTiming timing;
+  SlotPool pool;
+  RunState run;
+
+  SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: slots whose producers are all done
+  LaneStack done;         ///< lanes -> Scheduler: finished tasks
+  EventCount sched_wake;  ///< Scheduler sleeps here
+  std::atomic<bool> stop{false};
+
+  SlotStack retire_inbox;  ///< Scheduler -> Orchestrator: slots whose last reference dropped
+  EventCount orch_wake;    ///< the Orchestrator sleeps here (heap full, run drain)
+
+  /// Next-level and sub lanes by WorkerId (ids are positions).
+  std::vector<LaneCore*> next_level;
+  std::vector<LaneCore*> subs;
+
+  void notify_scheduler() noexcept { sched_wake.notify_all(); }
+
+  /// Drops one reference on `s`; when it was the last, hands the slot to the Orchestrator to
+  /// retire (it owns the TensorMap, the heap rings and the free list).
+  void release_ref_from_scheduler(Slot& s) noexcept {
+    if (s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      s.state.store(SlotState::Consumed, std::memory_order_relaxed);
+      retire_inbox.push(&s);
+      orch_wake.notify_all();
+    }
+  }
+};
+
+}  // namespace detail
+}  // namespace simpler

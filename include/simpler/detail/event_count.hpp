@@ -1,0 +1,92 @@
+// simpler::detail::EventCount — block a thread until another one announces progress.
+//
+// The waiter registers, re-checks its condition, then sleeps on a futex; the notifier publishes
+// its change and wakes only if someone is registered, so a notify with no sleeper costs one load.
+// Usable across processes when placed in shared memory with `shared = true`.
+//
+// Ordering (why it cannot lose a wakeup): the waiter does waiters_.fetch_add (seq_cst), then reads
+// epoch_ and its condition with seq_cst loads. The notifier publishes its condition with a seq_cst
+// store/RMW, then loads waiters_ (seq_cst). In the single total order S, either the notifier's
+// load sees the registration (and bumps epoch_, so futex_wait returns at once if the waiter
+// already read the old epoch), or the registration comes later in S and the waiter's condition
+// check sees the published change.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace simpler::detail {
+
+/// futex(2) wrappers (lib/futex.cpp). wait returns false on timeout; spurious wakeups are
+/// possible, callers re-check. A negative timeout waits without limit.
+bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                std::chrono::nanoseconds timeout, bool shared) noexcept;
+void futex_wake(std::atomic<std::uint32_t>* word, int count, bool shared) noexcept;
+
+/// Spin-wait hint for the CPU.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+class EventCount {
+ public:
+  explicit EventCount(bool shared = false) noexcept : shared_(shared) {}
+
+  /// Wakes every registered waiter. Call after publishing the change with a seq_cst operation.
+  void notify_all() noexcept {
+    if (waiters_.load(std::memory_order_seq_cst) != 0) {
+      epoch_.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake(&epoch_, 0x7fffffff, shared_);
+    }
+  }
+
+  /// Spins for up to `spin` checking `ready()`, then sleeps until it holds or `deadline` passes.
+  /// Returns ready(). `ready` must read the published state with seq_cst loads.
+  template <class Ready>
+  bool await(Ready&& ready, std::chrono::nanoseconds spin,
+             std::chrono::steady_clock::time_point deadline) {
+    if (spin_until(ready, spin)) return true;
+    for (;;) {
+      waiters_.fetch_add(1, std::memory_order_seq_cst);
+      const std::uint32_t key = epoch_.load(std::memory_order_seq_cst);
+      if (ready()) {
+        waiters_.fetch_sub(1, std::memory_order_relaxed);
+        return true;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        waiters_.fetch_sub(1, std::memory_order_relaxed);
+        return false;
+      }
+      futex_wait(&epoch_, key, deadline - now, shared_);
+      waiters_.fetch_sub(1, std::memory_order_relaxed);
+      if (ready()) return true;
+    }
+  }
+
+  template <class Ready>
+  static bool spin_until(Ready& ready, std::chrono::nanoseconds spin) {
+    if (ready()) return true;
+    if (spin.count() <= 0) return false;
+    const auto end = std::chrono::steady_clock::now() + spin;
+    for (;;) {
+      for (int i = 0; i < 32; ++i) {
+        cpu_relax();
+        if (ready()) return true;
+      }
+      if (std::chrono::steady_clock::now() >= end) return false;
+    }
+  }
+
+ private:
+  std::atomic<std::uint32_t> epoch_{0};
+  std::atomic<std::uint32_t> waiters_{0};
+  bool shared_;
+};
+
+}  // namespace simpler::detail

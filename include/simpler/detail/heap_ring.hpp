@@ -1,0 +1,92 @@
+// simpler::detail::HeapRing — FIFO-reclaimed bump allocator over one shared mapping.
+//
+// The Worker constructor maps four of these (MAP_SHARED | MAP_ANONYMOUS) before any child is
+// forked, so a child sees every allocation at the same address. Allocations are 1024-byte aligned
+// and carved in order; bytes come back only when the oldest live allocation is released
+// (first-in, first-out), which is what scopes give: inner scopes use their own ring and reclaim
+// independently of outer ones. Single-owner (the Orchestrator thread); not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "simpler/detail/ring_buffer.hpp"
+
+namespace simpler::detail {
+
+/// mmap/munmap of a shared anonymous region (lib/heap_memory.cpp). Throws SystemError.
+void* map_shared_region(std::size_t bytes);
+void unmap_region(void* base, std::size_t bytes) noexcept;
+
+inline constexpr std::size_t kHeapAlign = 1024;
+inline constexpr int kHeapRingCount = 4;
+
+class HeapRing {
+ public:
+  struct Allocation {
+    std::uint64_t offset;
+    std::uint64_t seq;
+  };
+
+  HeapRing() = default;
+  HeapRing(void* base, std::size_t size) : base_(static_cast<std::byte*>(base)), size_(size) {}
+
+  [[nodiscard]] std::byte* base() const noexcept { return base_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t live_allocations() const noexcept { return records_.size(); }
+
+  static constexpr std::size_t round_up(std::size_t n) noexcept {
+    return (n + kHeapAlign - 1) & ~(kHeapAlign - 1);
+  }
+
+  /// Carves `bytes` (already rounded) if they fit now; nullopt when the ring is full.
+  std::optional<Allocation> try_alloc(std::size_t bytes) {
+    std::uint64_t at = 0;
+    if (records_.empty()) {
+      top_ = 0;
+      at = 0;
+      if (bytes > size_) return std::nullopt;
+    } else {
+      const std::uint64_t tail = records_.front().begin;
+      if (top_ > tail) {  // live bytes are [tail, top_): free space is above top_ and below tail
+        if (top_ + bytes <= size_) {
+          at = top_;
+        } else if (bytes <= tail) {
+          at = 0;  // wrap: the oldest live allocation starts at or after `bytes`
+        } else {
+          return std::nullopt;
+        }
+      } else {
+        // top_ <= tail with live records: free space is [top_, tail).
+        if (tail - top_ < bytes) return std::nullopt;
+        at = top_;
+      }
+    }
+    const std::uint64_t seq = next_seq_++;
+    records_.push_back(Record{at, at + bytes, false});
+    top_ = at + bytes;
+    return Allocation{at, seq};
+  }
+
+  /// Marks allocation `seq` released and reclaims every released allocation at the FIFO head.
+  void release(std::uint64_t seq) noexcept {
+    const std::uint64_t first = next_seq_ - records_.size();
+    records_[static_cast<std::size_t>(seq - first)].released = true;
+    while (!records_.empty() && records_.front().released) records_.pop_front();
+  }
+
+ private:
+  struct Record {
+    std::uint64_t begin;
+    std::uint64_t end;
+    bool released;
+  };
+  std::byte* base_ = nullptr;
+  std::size_t size_ = 0;
+  std::uint64_t top_ = 0;
+  std::uint64_t next_seq_ = 0;
+  RingBuffer<Record> records_;
+};
+
+}  // namespace simpler::detail

@@ -1,0 +1,56 @@
+// simpler::detail::SchedulerCore — the body of the Scheduler thread.
+//
+// Moves slot ids between the ready queues, the lanes and completion; never reads task data
+// beyond the routing fields (kind, targets, group size). Everything here runs on the one
+// scheduler thread, so the queues and the lanes' busy flags need no synchronisation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "simpler/detail/engine.hpp"
+#include "simpler/detail/ring_buffer.hpp"
+
+namespace simpler::detail {
+
+class SchedulerCore {
+ public:
+  explicit SchedulerCore(EngineCore& core) : core_(core) {}
+  /// Sizes the per-lane queues; call after every lane was registered, before run_loop.
+  void prepare();
+  /// The scheduler thread's body: returns once EngineCore::stop is set and no lane is busy.
+  void run_loop() noexcept;
+
+ private:
+  struct RoleQueues {
+    std::vector<LaneCore*>* lanes = nullptr;
+    std::vector<RingBuffer<TaskSlot>> directed;  // per lane
+    RingBuffer<TaskSlot> any;
+    RingBuffer<TaskSlot> groups;
+  };
+
+  void take_inbox();
+  void take_done();
+  void became_ready(Slot& s);
+  void route(Slot& s);
+  void finish(Slot& s, Outcome o);
+  void drain_worklist();
+  void dispatch(RoleQueues& q);
+  bool skip_if_cancelled(Slot& s);
+  void post(LaneCore& lane, Slot& s, std::uint32_t member);
+  void record_failure(const LaneCore& lane);
+  [[nodiscard]] bool any_busy() const noexcept;
+
+  EngineCore& core_;
+  RoleQueues next_;
+  RoleQueues sub_;
+  struct Finished {
+    TaskSlot slot;
+    Outcome outcome;
+  };
+  RingBuffer<Finished> worklist_;
+  std::uint32_t busy_lanes_ = 0;
+  std::uint64_t routed_ = 0;  // bumped by route(); dispatch repeats while it moves
+};
+
+}  // namespace simpler::detail

@@ -1,0 +1,203 @@
+// simpler::detail::Slot — the parent-side record of one task, and the pool that recycles them.
+//
+// Ownership: the Orchestrator (on the thread that called Worker::run) fills a slot while it is
+// Building and owns recycling. After publication the Scheduler and lanes read the task data
+// read-only; the dependency words below are the only fields several threads write, and they are
+// atomics. Slots live in fixed chunks that never move, so a slot's address is stable for the
+// Worker's lifetime; a slot is reused only after it was retired (consumed), which is what bounds
+// memory by live tasks rather than by tasks submitted.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "simpler/call_config.hpp"
+#include "simpler/callable.hpp"
+#include "simpler/detail/small_vec.hpp"
+#include "simpler/error.hpp"
+#include "simpler/types.hpp"
+
+namespace simpler {
+
+using TaskSlot = std::uint32_t;
+using WorkerId = std::int32_t;
+inline constexpr WorkerId any_worker = -1;
+inline constexpr TaskSlot kInvalidSlot = std::numeric_limits<TaskSlot>::max();
+
+/// Life of a slot. Building -> Pending/Ready -> Running -> Completed/Failed -> Consumed -> Free.
+enum class SlotState : std::uint8_t {
+  Free,
+  Building,
+  Pending,
+  Ready,
+  Running,
+  Completed,
+  Failed,
+  Consumed,
+};
+
+namespace detail {
+
+enum class TaskKind : std::uint8_t { NextLevel, Sub };
+
+/// One dependency edge, stored in the consumer; linked into the producer's consumer list.
+struct Edge {
+  Edge* next = nullptr;
+  TaskSlot consumer = kInvalidSlot;
+};
+
+/// A byte range this task registered as its output in the TensorMap (for erasure at retire).
+struct OutputRange {
+  std::uint64_t space;
+  std::uint64_t begin;
+  std::uint64_t end;
+};
+
+/// Where a member's arguments start inside the slot's concatenated argument arrays.
+struct MemberArgs {
+  std::uint32_t tensor_begin;
+  std::uint32_t scalar_begin;
+};
+
+/// Sentinel closing a producer's consumer list: the producer has finished, late consumers must
+/// not wait for it.
+inline Edge* closed_list() noexcept {
+  static Edge sentinel;
+  return &sentinel;
+}
+
+struct Slot {
+  // ---- task data: written by the Orchestrator while Building, read-only after publication.
+  TaskKind kind = TaskKind::Sub;
+  std::uint32_t callable_index = 0;
+  std::uint64_t digest = 0;
+  std::uint32_t run_id = 0;
+  std::uint32_t group_size = 1;
+  SmallVec<WorkerId, 2> targets;           // per member; any_worker = scheduler picks
+  SmallVec<ContinuousTensor, 2> tensors;  // all members' tensors, concatenated
+  SmallVec<std::uint64_t, 2> scalars;      // all members' scalars, concatenated
+  SmallVec<MemberArgs, 1> members;         // group_size + 1 entries (last = end)
+  std::unique_ptr<CallConfig> config;      // kept across reuse; valid when has_config
+  bool has_config = false;
+
+  // ---- dependency state, shared between threads.
+  /// Producers still to finish + 1 while the Orchestrator is wiring. Whoever takes it to 0 makes
+  /// the task ready (exactly one thread does).
+  std::atomic<std::int32_t> pending{0};
+  /// References keeping this slot (and its heap bytes) alive: its own (until terminal), its
+  /// scope's, and one per consumer wired to it. Whoever takes it to 0 retires the slot.
+  std::atomic<std::int32_t> refs{0};
+  /// Consumers waiting on this task; closed_list() once the task finished.
+  std::atomic<Edge*> consumers{nullptr};
+  /// Set when a producer failed; the task is then skipped instead of run.
+  std::atomic<bool> poisoned{false};
+  /// Set (before closing `consumers`) when this task did not succeed.
+  std::atomic<bool> failed{false};
+  /// For observation (tests, diagnostics); transitions are driven by the words above.
+  std::atomic<SlotState> state{SlotState::Free};
+
+  // ---- Orchestrator-private bookkeeping.
+  SmallVec<Edge, 2> edges;             // this task's edges as a consumer
+  SmallVec<TaskSlot, 2> producers;     // producers it holds a reference on
+  SmallVec<OutputRange, 2> outputs;    // TensorMap entries to erase at retire
+  std::int32_t heap_ring = -1;         // heap ring holding its auto-allocated bytes, or -1
+  std::uint64_t heap_seq = 0;          // allocation record in that ring
+
+  // ---- Scheduler-private bookkeeping for groups.
+  std::uint32_t members_done = 0;
+  Outcome group_outcome = Outcome::Success;
+
+  /// Intrusive link for the lock-free hand-off stacks (ready inbox, retire inbox).
+  Slot* next = nullptr;
+  TaskSlot id = kInvalidSlot;
+
+  [[nodiscard]] bool is_group() const noexcept { return group_size > 1; }
+};
+
+/// Fixed-capacity table of stable slot chunks plus a free list. alloc/free are called by the
+/// Orchestrator thread only; at() may be called by any thread for a slot id it received through
+/// a synchronising hand-off (the chunk pointer was written before that hand-off).
+class SlotPool {
+ public:
+  static constexpr std::uint32_t kChunkBits = 10;
+  static constexpr std::uint32_t kChunkSize = 1U << kChunkBits;
+  static constexpr std::uint32_t kMaxChunks = 1U << 14;  // 16M live slots
+
+  SlotPool() : chunks_(std::make_unique<std::unique_ptr<Slot[]>[]>(kMaxChunks)) {}
+
+  Slot& at(TaskSlot id) noexcept { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
+  const Slot& at(TaskSlot id) const noexcept {
+    return chunks_[id >> kChunkBits][id & (kChunkSize - 1)];
+  }
+
+  /// A free slot, growing by one chunk when none is free.
+  Slot& alloc() {
+    if (free_.empty()) add_chunk();
+    const TaskSlot id = free_.back();
+    free_.pop_back();
+    ++live_;
+    return at(id);
+  }
+  void free(Slot& s) noexcept {
+    free_.push_back(s.id);  // capacity reserved for every slot ever created: cannot throw
+    --live_;
+  }
+  [[nodiscard]] std::uint32_t live() const noexcept { return live_; }
+  [[nodiscard]] std::uint32_t capacity() const noexcept { return chunk_count_ * kChunkSize; }
+
+ private:
+  void add_chunk() {
+    if (chunk_count_ == kMaxChunks) {
+      throw UsageError(
+          "too many live tasks (16M): close scopes so finished tasks can be consumed");
+    }
+    free_.reserve(static_cast<std::size_t>(chunk_count_ + 1) * kChunkSize);
+    auto chunk = std::make_unique<Slot[]>(kChunkSize);
+    const TaskSlot base = chunk_count_ * kChunkSize;
+    for (std::uint32_t i = 0; i < kChunkSize; ++i) chunk[i].id = base + i;
+    chunks_[chunk_count_++] = std::move(chunk);
+    for (std::uint32_t i = kChunkSize; i-- > 0;) free_.push_back(base + i);
+  }
+
+  std::unique_ptr<std::unique_ptr<Slot[]>[]> chunks_;
+  std::uint32_t chunk_count_ = 0;
+  std::uint32_t live_ = 0;
+  std::vector<TaskSlot> free_;
+};
+
+/// A lock-free multi-producer stack of slots, drained all at once by one consumer. Push is a
+/// seq_cst CAS so that an EventCount notify after it cannot miss a sleeper (see event_count.hpp).
+class SlotStack {
+ public:
+  void push(Slot* s) noexcept {
+    Slot* head = head_.load(std::memory_order_relaxed);
+    do {
+      s->next = head;
+    } while (!head_.compare_exchange_weak(head, s, std::memory_order_seq_cst,
+                                          std::memory_order_relaxed));
+  }
+  [[nodiscard]] bool empty() const noexcept {
+    return head_.load(std::memory_order_seq_cst) == nullptr;
+  }
+  /// Takes everything pushed so far, oldest first.
+  Slot* take_fifo() noexcept {
+    Slot* s = head_.exchange(nullptr, std::memory_order_acquire);
+    Slot* out = nullptr;
+    while (s != nullptr) {
+      Slot* n = s->next;
+      s->next = out;
+      out = s;
+      s = n;
+    }
+    return out;
+  }
+
+ private:
+  std::atomic<Slot*> head_{nullptr};
+};
+
+}  // namespace detail
+}  // namespace simpler

@@ -1,0 +1,34 @@
+// simpler — forward declarations of the public types, templates and concepts.
+#pragma once
+
+#include <cstdint>
+
+namespace simpler {
+enum class DataType : std::uint8_t;
+enum class TensorArgType : std::int32_t;
+enum class CallableKind : std::uint8_t;
+enum class Outcome : std::uint8_t;
+enum class ChildMode;
+struct ContinuousTensor;
+struct TaskArgsView;
+class TaskArgs;
+struct CallConfig;
+struct CallableHandle;
+struct SubmitResult;
+struct LeafRequest;
+struct WorkerOptions;
+class Orchestrator;
+class SubWorker;
+struct ThreadTransport;
+class Error;
+class UsageError;
+class TaskError;
+
+template <class L>
+concept RunsTasks = requires(L& leaf, const LeafRequest& request) { leaf.run(request); };
+
+template <class... Lanes>
+class Scheduler;
+template <class... Lanes>
+class BasicWorker;
+}  // namespace simpler

@@ -1,0 +1,31 @@
+// simpler — WorkerOptions: how a Worker is built.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace simpler {
+
+/// Where a Worker's local children run.
+enum class ChildMode {
+  Thread,   ///< in this process, one thread per child (ThreadTransport)
+  Process,  ///< a forked process per child, reached through shared memory (ForkShmTransport)
+};
+
+struct WorkerOptions {
+  int level = 3;                ///< a label for messages; behaviour never branches on it
+  int num_sub_workers = 0;      ///< host sub workers (SubWorker leaves)
+  std::vector<int> device_ids;  ///< one chip child per id (L3)
+  std::size_t heap_ring_size = std::size_t{256} << 20;  ///< bytes per heap ring; 4 rings
+  /// Local children's transport. Thread until the forked transport lands (issue 3).
+  ChildMode child_mode = ChildMode::Thread;
+  std::string device_runtime;  ///< device runtime .so; empty = the bundled simulator
+  /// How long engine threads poll before sleeping after their last piece of work.
+  std::chrono::microseconds spin{20};
+  /// Longest time a submit waits for heap ring space before throwing TimeoutError.
+  std::chrono::milliseconds heap_wait{10'000};
+};
+
+}  // namespace simpler

@@ -1,0 +1,150 @@
+// simpler — Orchestrator: the DAG builder an orchestration function receives.
+//
+// Thread-safety: used only on the thread running Worker::run, only inside the orchestration
+// function. Every submit infers dependencies from the tensor tags (see TensorArgType), stores the
+// task in a slot and hands it to the Scheduler once its producers are done; it never waits for
+// the task itself. It blocks only when a heap ring is full (up to WorkerOptions::heap_wait).
+//
+// Why a concrete class rather than a template over the lane types: nothing it does depends on
+// them (it validates worker ids against the lane table and pushes slot ids), and users name it in
+// the signature of their orchestration functions, which must be the same type at every level.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "simpler/call_config.hpp"
+#include "simpler/callable.hpp"
+#include "simpler/detail/engine.hpp"
+#include "simpler/detail/heap_ring.hpp"
+#include "simpler/detail/small_vec.hpp"
+#include "simpler/detail/tensor_map.hpp"
+#include "simpler/task_args.hpp"
+
+namespace simpler {
+
+/// A CallConfig with every field at its default. Submit calls default to this object, which lets
+/// them skip copying the config when the caller did not pass one.
+const CallConfig& default_call_config() noexcept;
+
+/// What a submit returns: the task's slot, and the tensors it auto-allocated (its Output
+/// arguments with data == 0, in argument order, across members for groups).
+struct SubmitResult {
+  TaskSlot slot_id = kInvalidSlot;
+  detail::SmallVec<ContinuousTensor, 2> outputs;
+
+  /// Auto-allocated output i; throws UsageError when there is no such output.
+  [[nodiscard]] const ContinuousTensor& output(std::size_t i = 0) const;
+};
+
+inline constexpr int kMaxScopeDepth = 64;
+
+class Orchestrator {
+ public:
+  /// RAII scope: scope_begin() now, scope_end() when destroyed.
+  class Scope {
+   public:
+    explicit Scope(Orchestrator& o) : o_(&o) { o_->scope_begin(); }
+    Scope(Scope&& other) noexcept : o_(std::exchange(other.o_, nullptr)) {}
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    Scope& operator=(Scope&&) = delete;
+    ~Scope() noexcept(false) {
+      if (o_ != nullptr && std::uncaught_exceptions() == 0) o_->scope_end();
+      // During unwinding the run closes every open scope itself.
+    }
+
+   private:
+    Orchestrator* o_;
+  };
+
+  /// Submits a task for a next-level worker: `worker`, or any idle one with any_worker.
+  SubmitResult submit_next_level(const CallableHandle& callable, TaskArgs args,
+                                 const CallConfig& config = default_call_config(),
+                                 WorkerId worker = any_worker);
+  /// One task run by args.size() next-level workers at once (member i on workers[i], or on any
+  /// idle workers when `workers` is empty); complete when every member is.
+  SubmitResult submit_next_level_group(const CallableHandle& callable, std::vector<TaskArgs> args,
+                                       const CallConfig& config = default_call_config(),
+                                       std::vector<WorkerId> workers = {});
+  /// Submits a host task for a sub worker: `worker`, or any idle one.
+  SubmitResult submit_sub(const CallableHandle& callable, TaskArgs args = {},
+                          WorkerId worker = any_worker);
+  /// One host task run by args.size() sub workers at once.
+  SubmitResult submit_sub_group(const CallableHandle& callable, std::vector<TaskArgs> args,
+                                std::vector<WorkerId> workers = {});
+
+  /// An intermediate buffer from the heap ring of the current scope, live until the scope ends
+  /// and its last reader finishes. Readers and writers order against it like any output.
+  ContinuousTensor alloc(std::span<const std::uint32_t> shape, DataType dtype);
+  ContinuousTensor alloc(std::initializer_list<std::uint32_t> shape, DataType dtype) {
+    return alloc(std::span<const std::uint32_t>(shape.begin(), shape.size()), dtype);
+  }
+
+  void scope_begin();
+  void scope_end();
+  [[nodiscard]] Scope scope() { return Scope(*this); }
+
+  /// The level of the Worker running this orchestration (3 for a host, 4 for a pod, ...).
+  [[nodiscard]] int level() const noexcept { return core_.level; }
+  /// Current scope depth, counting the scope the run opens (1 at the top of a run).
+  [[nodiscard]] int scope_depth() const noexcept { return depth_; }
+
+  // ---- Introspection, for tests and diagnostics.
+  [[nodiscard]] SlotState state_of(TaskSlot s) const noexcept {
+    return core_.pool.at(s).state.load(std::memory_order_acquire);
+  }
+  [[nodiscard]] std::uint32_t live_tasks() const noexcept { return core_.pool.live(); }
+  [[nodiscard]] std::uint32_t slot_capacity() const noexcept { return core_.pool.capacity(); }
+  [[nodiscard]] std::size_t tensor_map_size() const noexcept { return tmap_.size(); }
+  [[nodiscard]] const detail::HeapRing& heap_ring(int i) const { return heaps_.at(i); }
+
+  // ---- Worker-facing. Not for orchestration functions.
+  Orchestrator(detail::EngineCore& core, const detail::CallableRegistry& registry,
+               std::size_t heap_ring_size);
+  ~Orchestrator();
+  Orchestrator(const Orchestrator&) = delete;
+  Orchestrator& operator=(const Orchestrator&) = delete;
+
+  /// Opens a run: the outermost scope.
+  void begin_run();
+  /// Closes every open scope and waits until every task of the run retired. Returns how many
+  /// scopes the orchestration left open (besides the run's own).
+  int finish_run() noexcept;
+  [[nodiscard]] bool in_run() const noexcept { return in_run_; }
+  [[nodiscard]] std::byte* heap_base(int ring) const noexcept { return heaps_[ring].base(); }
+
+ private:
+  SubmitResult submit(detail::Role role, const CallableHandle& callable,
+                      std::span<const TaskArgs> members, const CallConfig& config,
+                      std::span<const WorkerId> targets, const char* api);
+  void check_open(const char* api) const;
+  void check_targets(detail::Role role, std::size_t members, std::span<const WorkerId> targets,
+                     const char* api) const;
+  detail::HeapRing::Allocation heap_alloc(int ring, std::size_t bytes, const char* api);
+  void infer_and_wire(detail::Slot& s);
+  void publish(detail::Slot& s);
+  void release_ref(detail::Slot& s) noexcept;
+  void retire(detail::Slot& s) noexcept;
+  void drain_retired() noexcept;
+  [[nodiscard]] int ring_for_depth() const noexcept {
+    return depth_ - 1 < detail::kHeapRingCount - 1 ? (depth_ > 0 ? depth_ - 1 : 0)
+                                                  : detail::kHeapRingCount - 1;
+  }
+
+  detail::EngineCore& core_;
+  const detail::CallableRegistry& registry_;
+  detail::TensorMap tmap_;
+  std::array<detail::HeapRing, detail::kHeapRingCount> heaps_;
+  std::size_t heap_ring_size_;
+  std::array<std::vector<TaskSlot>, kMaxScopeDepth> frames_;
+  int depth_ = 0;
+  bool in_run_ = false;
+  detail::SmallVec<TaskSlot, 16> scratch_producers_;
+};
+
+}  // namespace simpler

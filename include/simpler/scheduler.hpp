@@ -1,0 +1,84 @@
+// simpler — Scheduler<Lanes...>: owns a Worker's lanes and the scheduler thread.
+//
+// Lanes is the set of lane types the Worker may hold (WorkerThread<Transport, Leaf>
+// instantiations); each type gets its own pool, so starting and stopping is static per type.
+// Dispatch itself goes through the lanes' common LaneCore, so the per-task path has no virtual
+// call and no type switch (see detail::SchedulerCore).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "simpler/detail/engine.hpp"
+#include "simpler/detail/scheduler_core.hpp"
+
+namespace simpler {
+
+template <class... Lanes>
+class Scheduler {
+ public:
+  explicit Scheduler(detail::EngineCore& core) : core_(core), loop_(core) {}
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+  ~Scheduler() { stop(); }
+
+  /// Adds a lane of type Lane; its WorkerId is its position among lanes of the same role.
+  template <class Lane, class... Args>
+  Lane& add(detail::Role role, std::string name, Args&&... args) {
+    static_assert((std::is_same_v<Lane, Lanes> || ...), "Lane is not in this Scheduler's lane set");
+    auto& table = role == detail::Role::Sub ? core_.subs : core_.next_level;
+    const auto id = static_cast<WorkerId>(table.size());
+    auto lane = std::make_unique<Lane>(core_, role, id, std::move(name), std::forward<Args>(args)...);
+    Lane& ref = *lane;
+    table.reserve(table.size() + 1);
+    std::get<std::vector<std::unique_ptr<Lane>>>(pools_).push_back(std::move(lane));
+    table.push_back(&ref);
+    return ref;
+  }
+
+  /// Launches every child first (forks happen before any thread exists), then starts the lane
+  /// threads and the scheduler thread. On failure everything started is stopped again.
+  void start() {
+    try {
+      for_each_lane([](auto& l) { l.launch(); });
+      loop_.prepare();
+      for_each_lane([](auto& l) { l.start(); });
+      thread_ = std::thread([this] { loop_.run_loop(); });
+    } catch (...) {
+      stop();
+      throw;
+    }
+  }
+
+  /// Stops the scheduler thread, then every lane. Call when no run is in progress.
+  void stop() noexcept {
+    if (thread_.joinable()) {
+      core_.stop.store(true, std::memory_order_seq_cst);
+      core_.notify_scheduler();
+      thread_.join();
+    }
+    for_each_lane([](auto& l) { l.stop(); });
+  }
+
+  template <class F>
+  void for_each_lane(F&& f) {
+    std::apply([&](auto&... pool) { (for_pool(pool, f), ...); }, pools_);
+  }
+
+ private:
+  template <class Pool, class F>
+  static void for_pool(Pool& pool, F& f) {
+    for (auto& l : pool) f(*l);
+  }
+
+  detail::EngineCore& core_;
+  detail::SchedulerCore loop_;
+  std::tuple<std::vector<std::unique_ptr<Lanes>>...> pools_;
+  std::thread thread_;
+};
+
+}  // namespace simpler

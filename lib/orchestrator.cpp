@@ -1,0 +1,477 @@
+// The Orchestrator: submit, dependency inference, scopes, heap rings, retirement.
+#include "simpler/orchestrator.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "simpler/error.hpp"
+
+namespace simpler {
+
+using detail::Edge;
+using detail::Role;
+using detail::Slot;
+
+const CallConfig& default_call_config() noexcept {
+  static const CallConfig kDefault{};
+  return kDefault;
+}
+
+const ContinuousTensor& SubmitResult::output(std::size_t i) const {
+  if (i >= outputs.size()) {
+    throw UsageError(fmt::format(
+        "SubmitResult::output({}): the task auto-allocated {} outputs (Output tensors with "
+        "data == 0)",
+        i, outputs.size()));
+  }
+  return outputs[i];
+}
+
+Orchestrator::Orchestrator(detail::EngineCore& core, const detail::CallableRegistry& registry,
+                           std::size_t heap_ring_size)
+    : core_(core), registry_(registry), heap_ring_size_(heap_ring_size) {
+  // Mapped here, in the Worker constructor, before any child is forked: children inherit every
+  // ring at the same address.
+  int made = 0;
+  try {
+    for (; made < detail::kHeapRingCount; ++made) {
+      if (heap_ring_size_ != 0) {
+        heaps_[made] = detail::HeapRing(detail::map_shared_region(heap_ring_size_), heap_ring_size_);
+      }
+    }
+  } catch (...) {
+    for (int i = 0; i < made; ++i) detail::unmap_region(heaps_[i].base(), heap_ring_size_);
+    throw;
+  }
+}
+
+Orchestrator::~Orchestrator() {
+  for (auto& h : heaps_) detail::unmap_region(h.base(), h.size());
+}
+
+void Orchestrator::check_open(const char* api) const {
+  if (!in_run_) {
+    throw UsageError(fmt::format(
+        "Orchestrator::{}: called outside Worker::run; submit from inside the orchestration "
+        "function",
+        api));
+  }
+  if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
+}
+
+void Orchestrator::check_targets(Role role, std::size_t members, std::span<const WorkerId> targets,
+                                 const char* api) const {
+  const auto& lanes = role == Role::Sub ? core_.subs : core_.next_level;
+  const char* what = role == Role::Sub ? "sub" : "next-level";
+  if (lanes.empty()) {
+    throw UsageError(fmt::format("Orchestrator::{}: this Worker has no {} workers{}", api, what,
+                                 role == Role::Sub ? "; set WorkerOptions::num_sub_workers" : ""));
+  }
+  if (members == 0) {
+    throw UsageError(fmt::format("Orchestrator::{}: a group needs at least one member", api));
+  }
+  if (targets.empty()) {
+    if (members > lanes.size()) {
+      throw UsageError(fmt::format(
+          "Orchestrator::{}: a group of {} members needs as many {} workers, this Worker has {}",
+          api, members, what, lanes.size()));
+    }
+    return;
+  }
+  if (targets.size() != members) {
+    throw UsageError(fmt::format("Orchestrator::{}: {} workers given for {} members; give one per "
+                                 "member, or none to use any idle workers",
+                                 api, targets.size(), members));
+  }
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const WorkerId w = targets[i];
+    if (w == any_worker && members == 1) continue;
+    if (w < 0 || static_cast<std::size_t>(w) >= lanes.size()) {
+      throw UsageError(fmt::format("Orchestrator::{}: {} worker id {} does not exist (valid ids: "
+                                   "0..{}{})",
+                                   api, what, w, lanes.size() - 1,
+                                   members == 1 ? ", or any_worker" : ""));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (targets[j] == w) {
+        throw UsageError(
+            fmt::format("Orchestrator::{}: {} worker id {} appears twice in the group", api, what, w));
+      }
+    }
+  }
+}
+
+SubmitResult Orchestrator::submit_next_level(const CallableHandle& callable, TaskArgs args,
+                                             const CallConfig& config, WorkerId worker) {
+  return submit(Role::NextLevel, callable, std::span<const TaskArgs>(&args, 1), config,
+                std::span<const WorkerId>(&worker, 1), "submit_next_level");
+}
+
+SubmitResult Orchestrator::submit_next_level_group(const CallableHandle& callable,
+                                                   std::vector<TaskArgs> args,
+                                                   const CallConfig& config,
+                                                   std::vector<WorkerId> workers) {
+  return submit(Role::NextLevel, callable, args, config, workers, "submit_next_level_group");
+}
+
+SubmitResult Orchestrator::submit_sub(const CallableHandle& callable, TaskArgs args,
+                                      WorkerId worker) {
+  return submit(Role::Sub, callable, std::span<const TaskArgs>(&args, 1), default_call_config(),
+                std::span<const WorkerId>(&worker, 1), "submit_sub");
+}
+
+SubmitResult Orchestrator::submit_sub_group(const CallableHandle& callable,
+                                            std::vector<TaskArgs> args,
+                                            std::vector<WorkerId> workers) {
+  return submit(Role::Sub, callable, args, default_call_config(), workers, "submit_sub_group");
+}
+
+namespace {
+// Key space of a tensor: host memory is one space; memory owned by a next-level child is keyed
+// per child, since the same device address recurs on every chip.
+std::uint64_t space_of(const ContinuousTensor& t, WorkerId target) noexcept {
+  return t.child_memory != 0 ? static_cast<std::uint64_t>(target) + 1 : 0;
+}
+}  // namespace
+
+SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
+                                  std::span<const TaskArgs> members, const CallConfig& config,
+                                  std::span<const WorkerId> targets, const char* api) {
+  check_open(api);
+  const auto& entry = registry_.check(callable);
+  if (role == Role::Sub && entry.kind != CallableKind::Sub) {
+    throw UsageError(fmt::format("Orchestrator::{}: '{}' is a {} callable; sub workers run only "
+                                 "callables from Worker::register_sub",
+                                 api, entry.name, to_string(entry.kind)));
+  }
+  if (role == Role::NextLevel && entry.kind == CallableKind::Sub) {
+    throw UsageError(fmt::format("Orchestrator::{}: '{}' is a sub callable; submit it with "
+                                 "submit_sub, or register an orchestration/chip callable",
+                                 api, entry.name));
+  }
+  check_targets(role, members.size(), targets, api);
+  const bool custom_config = &config != &default_call_config();
+  if (custom_config) config.validate();
+
+  // Auto-allocated outputs, and the tensors that may not appear in this task.
+  std::size_t auto_bytes = 0;
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    const TaskArgs& a = members[m];
+    const WorkerId target = targets.empty() ? any_worker : targets[m];
+    for (std::int32_t i = 0; i < a.tensor_count(); ++i) {
+      const ContinuousTensor& t = a.tensor(i);
+      if (t.child_memory != 0 && (role == Role::Sub || target == any_worker)) {
+        throw UsageError(fmt::format(
+            "Orchestrator::{}: tensor {} is child memory; it can only go to a named next-level "
+            "worker (pass the worker id)",
+            api, i));
+      }
+      if (a.tag(i) == TensorArgType::Output && t.data == 0) {
+        auto_bytes += detail::HeapRing::round_up(t.nbytes());
+      }
+    }
+  }
+
+  // Heap space first: it may block or throw, and nothing has been changed yet.
+  const int ring = ring_for_depth();
+  std::optional<detail::HeapRing::Allocation> heap;
+  if (auto_bytes != 0) heap = heap_alloc(ring, auto_bytes, api);
+
+  Slot* sp = nullptr;
+  try {
+    sp = &core_.pool.alloc();
+  } catch (...) {
+    if (heap) heaps_[ring].release(heap->seq);
+    throw;
+  }
+  Slot& s = *sp;
+  s.kind = role == Role::Sub ? detail::TaskKind::Sub : detail::TaskKind::NextLevel;
+  s.callable_index = callable.index;
+  s.digest = callable.digest;
+  s.run_id = core_.run.id();
+  s.group_size = static_cast<std::uint32_t>(members.size());
+  s.targets.clear();
+  s.tensors.clear();
+  s.scalars.clear();
+  s.members.clear();
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    const TaskArgs& a = members[m];
+    s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
+                         static_cast<std::uint32_t>(s.scalars.size())});
+    s.targets.push_back(targets.empty() ? any_worker : targets[m]);
+    const TaskArgsView v = a.view();
+    for (std::int32_t i = 0; i < v.tensor_count; ++i) s.tensors.push_back(v.tensors[i]);
+    for (std::int32_t i = 0; i < v.scalar_count; ++i) s.scalars.push_back(v.scalars[i]);
+  }
+  s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
+                       static_cast<std::uint32_t>(s.scalars.size())});
+  s.has_config = custom_config;
+  if (custom_config) {
+    if (!s.config) s.config = std::make_unique<CallConfig>();
+    *s.config = config;
+  }
+
+  SubmitResult result;
+  if (heap) {
+    s.heap_ring = ring;
+    s.heap_seq = heap->seq;
+    std::byte* p = heaps_[ring].base() + heap->offset;
+    std::size_t k = 0;
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      const TaskArgs& a = members[m];
+      for (std::int32_t i = 0; i < a.tensor_count(); ++i, ++k) {
+        ContinuousTensor& t = s.tensors[k];
+        if (a.tag(i) == TensorArgType::Output && t.data == 0) {
+          t.data = reinterpret_cast<std::uintptr_t>(p);
+          p += detail::HeapRing::round_up(t.nbytes());
+          result.outputs.push_back(t);
+        }
+      }
+    }
+  }
+
+  // Two references: the task's own (dropped when it ends) and its scope's.
+  s.refs.store(2, std::memory_order_relaxed);
+  s.pending.store(1, std::memory_order_relaxed);  // held while wiring
+  s.consumers.store(nullptr, std::memory_order_relaxed);
+  s.poisoned.store(false, std::memory_order_relaxed);
+  s.failed.store(false, std::memory_order_relaxed);
+  s.state.store(SlotState::Building, std::memory_order_relaxed);
+  frames_[static_cast<std::size_t>(depth_ - 1)].push_back(s.id);
+
+  // Tags of each member, walked in step with the stored tensors.
+  scratch_producers_.clear();
+  std::size_t k = 0;
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    const TaskArgs& a = members[m];
+    const WorkerId target = s.targets[m];
+    for (std::int32_t i = 0; i < a.tensor_count(); ++i, ++k) {
+      const ContinuousTensor& t = s.tensors[k];
+      const TensorArgType tag = a.tag(i);
+      const std::uint64_t bytes = t.nbytes();
+      if (t.data == 0 || bytes == 0 || tag == TensorArgType::NoDep) continue;
+      const std::uint64_t space = space_of(t, target);
+      const std::uint64_t begin = t.data;
+      const std::uint64_t end = t.data + bytes;
+      if (tag == TensorArgType::Input || tag == TensorArgType::InOut) {
+        tmap_.lookup(space, begin, end, [&](TaskSlot p) {
+          if (p != s.id) scratch_producers_.push_back(p);
+        });
+      }
+      if (tag != TensorArgType::Input) {
+        tmap_.insert(space, begin, end, s.id);
+        s.outputs.push_back({space, begin, end});
+      }
+    }
+  }
+  infer_and_wire(s);
+  publish(s);
+  result.slot_id = s.id;
+  if (!core_.retire_inbox.empty()) drain_retired();
+  return result;
+}
+
+void Orchestrator::infer_and_wire(Slot& s) {
+  auto& ps = scratch_producers_;
+  if (ps.size() > 1) {
+    std::sort(ps.begin(), ps.end());
+    ps.resize_uninit(static_cast<std::size_t>(std::unique(ps.begin(), ps.end()) - ps.begin()));
+  }
+  // Edges must not move once linked into a producer's list: size them before linking.
+  s.edges.resize_uninit(ps.size());
+  s.producers.clear();
+  std::size_t used = 0;
+  for (TaskSlot pid : ps) {
+    Slot& p = core_.pool.at(pid);
+    // Hold a reference on the producer while this task lives (keeps its heap bytes), unless it
+    // already retired its last reference: then it has finished, and only its outcome matters.
+    std::int32_t r = p.refs.load(std::memory_order_relaxed);
+    bool held = false;
+    while (r > 0) {
+      if (p.refs.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel,
+                                       std::memory_order_relaxed)) {
+        held = true;
+        break;
+      }
+    }
+    if (!held) {
+      if (p.failed.load(std::memory_order_acquire)) s.poisoned.store(true, std::memory_order_relaxed);
+      continue;
+    }
+    s.producers.push_back(pid);
+    Edge& e = s.edges[used];
+    e.consumer = s.id;
+    // Count the edge before it becomes visible: the producer may finish and decrement at once.
+    // The wiring hold keeps `pending` above zero meanwhile.
+    s.pending.fetch_add(1, std::memory_order_relaxed);
+    Edge* head = p.consumers.load(std::memory_order_acquire);
+    bool linked = false;
+    while (head != detail::closed_list()) {
+      e.next = head;
+      if (p.consumers.compare_exchange_weak(head, &e, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        linked = true;
+        break;
+      }
+    }
+    if (linked) {
+      ++used;
+    } else {
+      s.pending.fetch_sub(1, std::memory_order_relaxed);
+      if (p.failed.load(std::memory_order_acquire)) s.poisoned.store(true, std::memory_order_relaxed);
+    }
+  }
+}
+
+void Orchestrator::publish(Slot& s) {
+  s.state.store(SlotState::Pending, std::memory_order_relaxed);
+  // Dropping the wiring hold: if every producer already finished, this makes the task ready.
+  // acq_rel: acquire pairs with producers' decrements (their poison flags), release publishes
+  // the task data to the scheduler (the inbox push is seq_cst as well).
+  if (s.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    s.state.store(SlotState::Ready, std::memory_order_relaxed);
+    core_.ready_inbox.push(&s);
+    core_.notify_scheduler();
+  }
+}
+
+detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t bytes, const char* api) {
+  detail::HeapRing& h = heaps_[static_cast<std::size_t>(ring)];
+  if (h.size() == 0 || bytes > h.size()) {
+    throw UsageError(fmt::format(
+        "Orchestrator::{}: {} bytes requested from heap ring {} but the ring holds {} bytes; raise "
+        "WorkerOptions::heap_ring_size",
+        api, bytes, ring, h.size()));
+  }
+  if (auto a = h.try_alloc(bytes)) return *a;
+  const auto deadline = std::chrono::steady_clock::now() + core_.timing.heap_wait;
+  for (;;) {
+    drain_retired();
+    if (auto a = h.try_alloc(bytes)) return *a;
+    const bool woke = core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); },
+                                            core_.timing.spin, deadline);
+    if (!woke) {
+      drain_retired();
+      if (auto a = h.try_alloc(bytes)) return *a;
+      throw TimeoutError(fmt::format(
+          "Orchestrator::{}: heap ring {} (scope depth {}, {} bytes, {} live allocations) stayed "
+          "full for {} ms while {} bytes were requested; raise WorkerOptions::heap_ring_size, or "
+          "end scopes sooner so their buffers are reclaimed",
+          api, ring, depth_, h.size(), h.live_allocations(), core_.timing.heap_wait.count(), bytes));
+    }
+  }
+}
+
+ContinuousTensor Orchestrator::alloc(std::span<const std::uint32_t> shape, DataType dtype) {
+  check_open("alloc");
+  ContinuousTensor t = make_tensor(nullptr, shape, dtype);
+  const std::uint64_t bytes = t.nbytes();
+  if (bytes == 0) {
+    throw UsageError("Orchestrator::alloc: the shape has no elements; allocate at least one");
+  }
+  const int ring = ring_for_depth();
+  const auto a = heap_alloc(ring, detail::HeapRing::round_up(bytes), "alloc");
+  Slot* sp = nullptr;
+  try {
+    sp = &core_.pool.alloc();
+  } catch (...) {
+    heaps_[ring].release(a.seq);
+    throw;
+  }
+  Slot& s = *sp;
+  t.data = reinterpret_cast<std::uintptr_t>(heaps_[ring].base() + a.offset);
+  s.run_id = core_.run.id();
+  s.heap_ring = ring;
+  s.heap_seq = a.seq;
+  s.has_config = false;
+  // A finished producer with only its scope's reference: readers add theirs.
+  s.refs.store(1, std::memory_order_relaxed);
+  s.pending.store(0, std::memory_order_relaxed);
+  s.poisoned.store(false, std::memory_order_relaxed);
+  s.failed.store(false, std::memory_order_relaxed);
+  s.consumers.store(detail::closed_list(), std::memory_order_relaxed);
+  s.state.store(SlotState::Completed, std::memory_order_relaxed);
+  tmap_.insert(0, t.data, t.data + bytes, s.id);
+  s.outputs.push_back({0, t.data, t.data + bytes});
+  frames_[static_cast<std::size_t>(depth_ - 1)].push_back(s.id);
+  return t;
+}
+
+void Orchestrator::scope_begin() {
+  if (!in_run_) {
+    throw UsageError(
+        "Orchestrator::scope_begin: called outside Worker::run; open scopes inside the "
+        "orchestration function");
+  }
+  if (depth_ >= kMaxScopeDepth) {
+    throw UsageError(fmt::format(
+        "Orchestrator::scope_begin: scopes nest at most {} deep (the run's own scope included)",
+        kMaxScopeDepth));
+  }
+  frames_[static_cast<std::size_t>(depth_)].clear();
+  ++depth_;
+}
+
+void Orchestrator::scope_end() {
+  if (!in_run_ || depth_ <= 1) {
+    throw UsageError("Orchestrator::scope_end: no scope is open (scope_end without scope_begin)");
+  }
+  --depth_;
+  auto& frame = frames_[static_cast<std::size_t>(depth_)];
+  for (TaskSlot id : frame) release_ref(core_.pool.at(id));
+  frame.clear();
+  drain_retired();
+}
+
+void Orchestrator::release_ref(Slot& s) noexcept {
+  if (s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) retire(s);
+}
+
+void Orchestrator::retire(Slot& s) noexcept {
+  for (const auto& o : s.outputs) tmap_.erase_owned(o.space, o.begin, o.end, s.id);
+  if (s.heap_ring >= 0) heaps_[static_cast<std::size_t>(s.heap_ring)].release(s.heap_seq);
+  s.heap_ring = -1;
+  s.outputs.clear();
+  s.producers.clear();
+  s.edges.clear();
+  s.members_done = 0;
+  s.group_outcome = Outcome::Success;
+  s.state.store(SlotState::Free, std::memory_order_relaxed);
+  core_.pool.free(s);
+}
+
+void Orchestrator::drain_retired() noexcept {
+  for (Slot* s = core_.retire_inbox.take_fifo(); s != nullptr;) {
+    Slot* n = s->next;
+    retire(*s);
+    s = n;
+  }
+}
+
+void Orchestrator::begin_run() {
+  in_run_ = true;
+  depth_ = 0;
+  scope_begin();
+}
+
+int Orchestrator::finish_run() noexcept {
+  const int left_open = depth_ - 1;
+  while (depth_ > 0) {
+    --depth_;
+    auto& frame = frames_[static_cast<std::size_t>(depth_)];
+    for (TaskSlot id : frame) release_ref(core_.pool.at(id));
+    frame.clear();
+  }
+  in_run_ = false;
+  // The run's fence: every task it submitted has finished and released its last reference.
+  for (;;) {
+    drain_retired();
+    if (core_.pool.live() == 0) break;
+    core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
+                          std::chrono::steady_clock::now() + std::chrono::seconds(1));
+  }
+  return left_open;
+}
+
+}  // namespace simpler

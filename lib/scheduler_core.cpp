@@ -1,0 +1,208 @@
+// The Scheduler thread: ready routing, dispatch to lanes, completion and failure propagation.
+#include "simpler/detail/scheduler_core.hpp"
+
+#include <fmt/format.h>
+
+namespace simpler::detail {
+
+void SchedulerCore::prepare() {
+  next_.lanes = &core_.next_level;
+  sub_.lanes = &core_.subs;
+  for (RoleQueues* q : {&next_, &sub_}) {
+    q->directed.clear();
+    q->directed.resize(q->lanes->size());
+    for (std::size_t i = 0; i < q->lanes->size(); ++i) {
+      (*q->lanes)[i]->index = static_cast<std::uint32_t>(i);
+    }
+  }
+}
+
+bool SchedulerCore::any_busy() const noexcept { return busy_lanes_ != 0; }
+
+void SchedulerCore::run_loop() noexcept {
+  for (;;) {
+    const bool arrived = !core_.ready_inbox.empty();
+    const bool finished = !core_.done.empty();
+    if (arrived || finished) {
+      if (finished) take_done();
+      if (arrived) take_inbox();
+      std::uint64_t before = 0;
+      do {
+        before = routed_;
+        dispatch(next_);
+        dispatch(sub_);
+      } while (routed_ != before);
+      continue;
+    }
+    if (core_.stop.load(std::memory_order_seq_cst) && !any_busy()) return;
+    core_.sched_wake.await(
+        [this] {
+          return !core_.ready_inbox.empty() || !core_.done.empty() ||
+                 core_.stop.load(std::memory_order_seq_cst);
+        },
+        core_.timing.spin, std::chrono::steady_clock::now() + core_.timing.idle_tick);
+  }
+}
+
+void SchedulerCore::take_inbox() {
+  for (Slot* s = core_.ready_inbox.take_fifo(); s != nullptr;) {
+    Slot* n = s->next;
+    became_ready(*s);
+    s = n;
+  }
+  drain_worklist();
+}
+
+void SchedulerCore::take_done() {
+  for (LaneCore* l = core_.done.take_fifo(); l != nullptr;) {
+    LaneCore* n = l->next_done;
+    l->busy = false;
+    --busy_lanes_;
+    Slot& s = core_.pool.at(l->task_slot);
+    if (l->outcome != Outcome::Success) record_failure(*l);
+    if (s.is_group()) {
+      if (l->outcome != Outcome::Success && s.group_outcome == Outcome::Success) {
+        s.group_outcome = l->outcome;
+      }
+      if (++s.members_done == s.group_size) finish(s, s.group_outcome);
+    } else {
+      finish(s, l->outcome);
+    }
+    l = n;
+  }
+  drain_worklist();
+}
+
+void SchedulerCore::record_failure(const LaneCore& lane) {
+  try {
+    core_.run.fail(std::make_exception_ptr(
+        TaskError(lane.outcome, core_.level, lane.name, lane.callable, lane.message)));
+  } catch (...) {
+    // Building the error ran out of memory: still fail the run, with what we have.
+    core_.run.fail(std::current_exception());
+  }
+}
+
+void SchedulerCore::became_ready(Slot& s) {
+  s.state.store(SlotState::Ready, std::memory_order_relaxed);
+  if (s.poisoned.load(std::memory_order_relaxed) || core_.run.cancelled()) {
+    worklist_.push_back({s.id, Outcome::Skipped});
+    return;
+  }
+  route(s);
+}
+
+void SchedulerCore::route(Slot& s) {
+  RoleQueues& q = s.kind == TaskKind::Sub ? sub_ : next_;
+  ++routed_;
+  if (s.is_group()) {
+    q.groups.push_back(s.id);
+  } else if (s.targets[0] == any_worker) {
+    q.any.push_back(s.id);
+  } else {
+    q.directed[static_cast<std::size_t>(s.targets[0])].push_back(s.id);
+  }
+}
+
+void SchedulerCore::finish(Slot& s, Outcome o) {
+  worklist_.push_back({s.id, o});
+  drain_worklist();
+}
+
+// Completes tasks iteratively (a failure can skip a long chain; recursion would overflow the
+// stack): close the consumer list, release consumers, then the references this task held.
+void SchedulerCore::drain_worklist() {
+  while (!worklist_.empty()) {
+    const Finished f = worklist_.pop_front();
+    Slot& s = core_.pool.at(f.slot);
+    const bool failed = f.outcome != Outcome::Success;
+    s.state.store(failed ? SlotState::Failed : SlotState::Completed, std::memory_order_relaxed);
+    s.failed.store(failed, std::memory_order_relaxed);  // published by the exchange below
+    Edge* e = s.consumers.exchange(closed_list(), std::memory_order_acq_rel);
+    while (e != nullptr) {
+      Edge* next = e->next;  // read before the consumer may move on
+      Slot& c = core_.pool.at(e->consumer);
+      if (failed) c.poisoned.store(true, std::memory_order_relaxed);
+      // acq_rel: release publishes `poisoned`; acquire sees the other releasers' flags.
+      if (c.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) became_ready(c);
+      e = next;
+    }
+    for (TaskSlot p : s.producers) core_.release_ref_from_scheduler(core_.pool.at(p));
+    core_.release_ref_from_scheduler(s);  // last touch of `s`
+  }
+}
+
+bool SchedulerCore::skip_if_cancelled(Slot& s) {
+  if (!core_.run.cancelled()) return false;
+  worklist_.push_back({s.id, Outcome::Skipped});
+  return true;
+}
+
+void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
+  lane.busy = true;
+  ++busy_lanes_;
+  s.state.store(SlotState::Running, std::memory_order_relaxed);
+  lane.task_slot = s.id;
+  lane.task_member = member;
+  lane.posted.fetch_add(1, std::memory_order_seq_cst);  // publishes task_slot/member
+  lane.wake.notify_all();
+}
+
+void SchedulerCore::dispatch(RoleQueues& q) {
+  auto& lanes = *q.lanes;
+  if (lanes.empty()) return;
+  for (LaneCore* l : lanes) l->reserved = false;
+
+  // Groups first, in FIFO order. A group whose named workers are not all idle waits at the head
+  // and reserves them, so singles cannot starve it.
+  while (!q.groups.empty()) {
+    Slot& s = core_.pool.at(q.groups.front());
+    if (skip_if_cancelled(s)) {
+      q.groups.pop_front();
+      continue;
+    }
+    const std::uint32_t n = s.group_size;
+    if (s.targets[0] != any_worker) {
+      bool all_idle = true;
+      for (std::uint32_t m = 0; m < n; ++m) {
+        all_idle = all_idle && !lanes[static_cast<std::size_t>(s.targets[m])]->busy;
+      }
+      if (!all_idle) {
+        for (std::uint32_t m = 0; m < n; ++m) {
+          lanes[static_cast<std::size_t>(s.targets[m])]->reserved = true;
+        }
+        break;
+      }
+      q.groups.pop_front();
+      for (std::uint32_t m = 0; m < n; ++m) {
+        post(*lanes[static_cast<std::size_t>(s.targets[m])], s, m);
+      }
+      continue;
+    }
+    std::uint32_t idle = 0;
+    for (LaneCore* l : lanes) idle += (!l->busy && !l->reserved) ? 1U : 0U;
+    if (idle < n) break;
+    q.groups.pop_front();
+    std::uint32_t m = 0;
+    for (LaneCore* l : lanes) {
+      if (m == n) break;
+      if (!l->busy && !l->reserved) post(*l, s, m++);
+    }
+  }
+
+  // Singles: each idle lane takes its own queue first, then the shared one.
+  for (LaneCore* l : lanes) {
+    if (l->busy || l->reserved) continue;
+    auto& own = q.directed[l->index];
+    while (!l->busy) {
+      RingBuffer<TaskSlot>* from = !own.empty() ? &own : (!q.any.empty() ? &q.any : nullptr);
+      if (from == nullptr) break;
+      Slot& s = core_.pool.at(from->pop_front());
+      if (skip_if_cancelled(s)) continue;
+      post(*l, s, 0);
+    }
+  }
+  drain_worklist();
+}
+
+}  // namespace simpler::detail
