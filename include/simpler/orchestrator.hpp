@@ -99,6 +99,10 @@ class Orchestrator {
     return core_.pool.at(s).state.load(std::memory_order_acquire);
   }
   [[nodiscard]] std::uint32_t live_tasks() const noexcept { return core_.pool.live(); }
+  /// True once a task of the current run failed (later submits throw).
+  [[nodiscard]] bool run_failed() const noexcept { return core_.run.failed(); }
+  /// True once the current run was cancelled (the orchestration function threw).
+  [[nodiscard]] bool run_cancelled() const noexcept { return core_.run.cancelled(); }
   [[nodiscard]] std::uint32_t slot_capacity() const noexcept { return core_.pool.capacity(); }
   [[nodiscard]] std::size_t tensor_map_size() const noexcept { return tmap_.size(); }
   [[nodiscard]] const detail::HeapRing& heap_ring(int i) const { return heaps_.at(i); }

@@ -33,7 +33,7 @@ static_assert(sizeof(TaskArgsView) == 24);
 /// allocating. Not thread-safe.
 class TaskArgs {
  public:
-  TaskArgs() = default;
+  TaskArgs() noexcept {}
 
   /// Appends a tensor. Throws UsageError if a scalar was already added, if the tag is not one of
   /// the five TensorArgType values, or if `t` is malformed (see validate(ContinuousTensor)).

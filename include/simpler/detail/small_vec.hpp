@@ -19,7 +19,7 @@ class SmallVec {
   static_assert(std::is_trivially_copyable_v<T>, "SmallVec holds trivially copyable values");
 
  public:
-  SmallVec() noexcept = default;
+  SmallVec() noexcept {}  // user-provided: `const TaskArgs a;` must compile
   SmallVec(const SmallVec& o) { assign(o.data(), o.size()); }
   SmallVec(SmallVec&& o) noexcept { steal(o); }
   SmallVec& operator=(const SmallVec& o) {
