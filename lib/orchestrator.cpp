@@ -346,6 +346,11 @@ detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t byte
   }
   if (auto a = h.try_alloc(bytes)) return *a;
   const auto deadline = std::chrono::steady_clock::now() + core_.timing.heap_wait;
+  struct Waiting {
+    std::atomic<bool>& flag;
+    explicit Waiting(std::atomic<bool>& f) : flag(f) { flag.store(true, std::memory_order_seq_cst); }
+    ~Waiting() { flag.store(false, std::memory_order_relaxed); }
+  } waiting(core_.heap_waiting);
   for (;;) {
     drain_retired();
     if (auto a = h.try_alloc(bytes)) return *a;
@@ -465,11 +470,23 @@ int Orchestrator::finish_run() noexcept {
   }
   in_run_ = false;
   // The run's fence: every task it submitted has finished and released its last reference.
+  // Sleep until the scheduler is idle with nothing left in its inbox (then every published task
+  // has finished: a task still waiting would need a running producer), then collect.
   for (;;) {
     drain_retired();
     if (core_.pool.live() == 0) break;
-    core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
-                          std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    const bool idle = core_.orch_wake.await(
+        [this] {
+          return core_.ready_inbox.empty() && core_.sched_idle.load(std::memory_order_seq_cst);
+        },
+        core_.timing.spin, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    if (idle) {
+      drain_retired();
+      if (core_.pool.live() == 0) break;
+      // Idle yet something unretired: its retirement is in flight; wait for it specifically.
+      core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
+                            std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
+    }
   }
   return left_open;
 }

@@ -24,6 +24,8 @@ void SchedulerCore::run_loop() noexcept {
     const bool arrived = !core_.ready_inbox.empty();
     const bool finished = !core_.done.empty();
     if (arrived || finished) {
+      // Cleared before taking work, so an Orchestrator that sees the inbox empty also sees this.
+      core_.sched_idle.store(false, std::memory_order_seq_cst);
       if (finished) take_done();
       if (arrived) take_inbox();
       std::uint64_t before = 0;
@@ -35,6 +37,10 @@ void SchedulerCore::run_loop() noexcept {
       continue;
     }
     if (core_.stop.load(std::memory_order_seq_cst) && !any_busy()) return;
+    if (!any_busy() && !core_.sched_idle.load(std::memory_order_relaxed)) {
+      core_.sched_idle.store(true, std::memory_order_seq_cst);
+      core_.orch_wake.notify_all();
+    }
     core_.sched_wake.await(
         [this] {
           return !core_.ready_inbox.empty() || !core_.done.empty() ||

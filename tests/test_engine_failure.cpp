@@ -23,7 +23,9 @@ TEST_CASE("a throwing sub callable fails the run with its context", "[engine][fa
   Worker w(opts);
   std::atomic<int> downstream_ran{0};
   std::atomic<int> independent_ran{0};
-  auto boom = w.register_sub("exploding_kernel", [](TaskArgsView) {
+  Gate submitted;  // the failure happens only after the whole graph was submitted
+  auto boom = w.register_sub("exploding_kernel", [&](TaskArgsView) {
+    submitted.wait();
     throw std::runtime_error("sensor value out of range");
   });
   auto after = w.register_sub("after", [&](TaskArgsView) { ++downstream_ran; });
@@ -45,6 +47,7 @@ TEST_CASE("a throwing sub callable fails the run with its context", "[engine][fa
       o.submit_sub(after, TaskArgs().add_tensor(one(a), TensorArgType::InOut));
       // Independent work.
       for (int i = 0; i < 10; ++i) o.submit_sub(other, TaskArgs().add_tensor(one(z), TensorArgType::InOut));
+      submitted.open();
       // Once the failure is recorded, submits throw at once.
       try {
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -188,6 +188,14 @@ struct EngineCore {
 
   SlotStack retire_inbox;  ///< Scheduler -> Orchestrator: slots whose last reference dropped
   EventCount orch_wake;    ///< the Orchestrator sleeps here (heap full, run drain)
+  /// Set by the Orchestrator while it waits for heap space: only then is each retirement worth
+  /// a wakeup. Otherwise it collects retirements when it next submits.
+  std::atomic<bool> heap_waiting{false};
+  /// Set by the Scheduler when it has nothing queued and no lane busy (then every published
+  /// task has finished); cleared before it takes new work. The run's fence waits for it.
+  std::atomic<bool> sched_idle{false};
+  static constexpr std::uint32_t kRetireBatch = 32;
+  std::uint32_t retired_since_wake = 0;  ///< Scheduler thread only
 
   /// Next-level and sub lanes by WorkerId (ids are positions).
   std::vector<LaneCore*> next_level;
@@ -201,7 +209,12 @@ struct EngineCore {
     if (s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       s.state.store(SlotState::Consumed, std::memory_order_relaxed);
       retire_inbox.push(&s);
-      orch_wake.notify_all();
+      // Batched: waking the Orchestrator for every freed slot would make it ping-pong one
+      // allocation at a time. The scheduler also wakes it when it goes idle.
+      if (heap_waiting.load(std::memory_order_seq_cst) && ++retired_since_wake >= kRetireBatch) {
+        retired_since_wake = 0;
+        orch_wake.notify_all();
+      }
     }
   }
 };
