@@ -89,6 +89,18 @@ void validate(const ContinuousTensor& t) {
   }
 }
 
+namespace detail {
+std::uint32_t checked_extent(std::size_t n) {
+  if (n > std::numeric_limits<std::uint32_t>::max()) {
+    throw UsageError(fmt::format(
+        "make_tensor: {} elements do not fit one extent (at most {}); give a multi-dimensional "
+        "shape",
+        n, std::numeric_limits<std::uint32_t>::max()));
+  }
+  return static_cast<std::uint32_t>(n);
+}
+}  // namespace detail
+
 ContinuousTensor make_tensor(void* data, std::span<const std::uint32_t> shape, DataType dtype) {
   if (shape.empty() || shape.size() > kMaxTensorDims) {
     throw UsageError(fmt::format("make_tensor: {} dimensions given; a tensor has 1 to {}",
@@ -194,6 +206,10 @@ std::uint64_t callable_digest(CallableKind kind, std::string_view name) noexcept
 }
 
 std::size_t encode_args_blob(const TaskArgsView& v, std::span<std::byte> out) {
+  if (v.tensor_count < 0 || v.scalar_count < 0) {
+    throw UsageError(fmt::format("args blob: negative count in the view (tensors {}, scalars {})",
+                                 v.tensor_count, v.scalar_count));
+  }
   const std::size_t need = args_blob_size(v);
   if (out.size() < need) {
     throw UsageError(fmt::format(

@@ -105,6 +105,9 @@ inline ContinuousTensor make_tensor(void* data, std::initializer_list<std::uint3
 }
 
 namespace detail {
+/// The extent of a 1-D tensor over `n` elements; throws UsageError past 2^32 - 1.
+std::uint32_t checked_extent(std::size_t n);
+
 template <class T>
 constexpr DataType data_type_of() noexcept {
   using U = std::remove_cv_t<T>;
@@ -122,7 +125,7 @@ constexpr DataType data_type_of() noexcept {
 /// A 1-D tensor over a span; the dtype follows T.
 template <class T>
 ContinuousTensor make_tensor(std::span<T> data) {
-  const std::uint32_t n = static_cast<std::uint32_t>(data.size());
+  const std::uint32_t n = detail::checked_extent(data.size());
   return make_tensor(const_cast<std::remove_cv_t<T>*>(data.data()), {n},
                      detail::data_type_of<T>());
 }

@@ -33,6 +33,7 @@ class TensorMap {
   /// Makes `producer` the writer of [begin, end); entries it covers are dropped, entries it
   /// covers partly keep their uncovered bytes.
   void insert(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot producer) {
+    if (begin >= end) return;  // an empty write owns no bytes
     auto it = first_overlap(space, begin);
     while (it != map_.end() && it->first.space == space && it->first.begin < end) {
       const std::uint64_t eb = it->first.begin;
@@ -56,8 +57,9 @@ class TensorMap {
     map_.emplace(Key{space, begin}, Entry{end, producer});
   }
 
-  /// Removes the entries inside [begin, end) still owned by `producer` (a newer writer's entries
-  /// are left alone).
+  /// Removes every entry overlapping [begin, end) that is still owned by `producer` (a newer
+  /// writer's entries are left alone). Callers pass a range the producer wrote, and a producer's
+  /// entries never extend past what it wrote, so nothing outside the range is lost.
   void erase_owned(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot producer) {
     auto it = first_overlap(space, begin);
     while (it != map_.end() && it->first.space == space && it->first.begin < end) {

@@ -1,0 +1,356 @@
+// Tests for the detail containers: SmallVec (inline-storage vector) and RingBuffer (FIFO).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "simpler/detail/ring_buffer.hpp"
+#include "simpler/detail/small_vec.hpp"
+
+using simpler::detail::RingBuffer;
+using simpler::detail::SmallVec;
+
+namespace {
+
+// True when v's elements live inside the SmallVec object itself (inline storage).
+template <class V>
+bool is_inline(const V& v) {
+  const auto obj = reinterpret_cast<std::uintptr_t>(&v);
+  const auto p = reinterpret_cast<std::uintptr_t>(v.data());
+  return p >= obj && p < obj + sizeof(V);
+}
+
+template <class V>
+std::vector<int> contents(const V& v) {
+  return std::vector<int>(v.begin(), v.end());
+}
+
+std::vector<int> iota(int n, int base = 0) {
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i) out.push_back(base + i);
+  return out;
+}
+
+template <std::size_t N>
+SmallVec<int, N> filled(int n, int base = 0) {
+  SmallVec<int, N> v;
+  for (int i = 0; i < n; ++i) v.push_back(base + i);
+  return v;
+}
+
+struct alignas(32) Wide {
+  std::uint64_t a;
+  std::uint64_t b;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// SmallVec
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("a default SmallVec is empty with its inline capacity", "[containers]") {
+  const SmallVec<int, 4> v;
+  CHECK(v.empty());
+  CHECK(v.size() == 0);
+  CHECK(v.capacity() == 4);
+  CHECK(v.begin() == v.end());
+  CHECK(is_inline(v));
+}
+
+TEST_CASE("a SmallVec stays inline up to N and keeps its values when it spills", "[containers]") {
+  SmallVec<int, 4> v;
+  for (int i = 0; i < 4; ++i) v.push_back(i * 10);
+  CHECK(is_inline(v));
+  CHECK(v.capacity() == 4);
+  v.push_back(40);
+  CHECK_FALSE(is_inline(v));
+  CHECK(v.capacity() >= 5);
+  for (int i = 5; i < 100; ++i) v.push_back(i * 10);
+  REQUIRE(v.size() == 100);
+  CHECK(v.capacity() >= 100);
+  for (std::size_t i = 0; i < v.size(); ++i) CHECK(v[i] == static_cast<int>(i) * 10);
+  CHECK(v.back() == 990);
+  v.pop_back();
+  CHECK(v.size() == 99);
+  CHECK(v.back() == 980);
+}
+
+TEST_CASE("a SmallVec of an over-aligned type keeps its alignment inline and spilled",
+          "[containers]") {
+  SmallVec<Wide, 2> v;
+  v.push_back(Wide{1, 2});
+  CHECK(reinterpret_cast<std::uintptr_t>(v.data()) % 32 == 0);
+  for (std::uint64_t i = 1; i < 9; ++i) v.push_back(Wide{i * 3, i * 5});
+  CHECK(reinterpret_cast<std::uintptr_t>(v.data()) % 32 == 0);
+  CHECK(v[0].a == 1);
+  CHECK(v[0].b == 2);
+  CHECK(v[8].a == 24);
+  CHECK(v[8].b == 40);
+}
+
+TEST_CASE("copying a SmallVec copies its elements, inline and spilled", "[containers]") {
+  for (int n : {0, 3, 4, 5, 17}) {
+    INFO(n << " elements");
+    const auto src = filled<4>(n);
+    SmallVec<int, 4> copy(src);
+    CHECK(contents(copy) == iota(n));
+    if (n > 0) CHECK(copy.data() != src.data());
+    copy.push_back(-1);  // independent of the source
+    CHECK(contents(src) == iota(n));
+  }
+}
+
+TEST_CASE("copy-assigning a SmallVec replaces the contents", "[containers]") {
+  for (int from : {0, 2, 6, 20}) {
+    for (int to : {0, 3, 9}) {
+      INFO("assign " << from << " elements over " << to);
+      const auto src = filled<4>(from, 100);
+      auto dst = filled<4>(to, 500);
+      dst = src;
+      CHECK(contents(dst) == iota(from, 100));
+      CHECK(contents(src) == iota(from, 100));
+    }
+  }
+}
+
+TEST_CASE("self-assigning a SmallVec keeps its contents", "[containers]") {
+  auto inline_v = filled<4>(3);
+  const auto& inline_alias = inline_v;
+  inline_v = inline_alias;
+  CHECK(contents(inline_v) == iota(3));
+
+  auto heap_v = filled<4>(12);
+  const auto& heap_alias = heap_v;
+  heap_v = heap_alias;
+  CHECK(contents(heap_v) == iota(12));
+
+  auto& move_alias = heap_v;
+  heap_v = std::move(move_alias);
+  CHECK(contents(heap_v) == iota(12));
+}
+
+TEST_CASE("moving a SmallVec transfers its elements, inline and spilled", "[containers]") {
+  for (int n : {0, 4, 5, 30}) {
+    INFO(n << " elements");
+    auto src = filled<4>(n);
+    const int* heap_data = n > 4 ? src.data() : nullptr;
+    SmallVec<int, 4> moved(std::move(src));
+    CHECK(contents(moved) == iota(n));
+    if (heap_data != nullptr) CHECK(moved.data() == heap_data);  // spilled storage is stolen
+    // A moved-from SmallVec is empty, owns no heap storage (its capacity is the inline one)
+    // and is reusable past that capacity.
+    CHECK(src.empty());
+    CHECK(is_inline(src));
+    CHECK(src.capacity() == 4);
+    for (int i = 0; i < 9; ++i) src.push_back(70 + i);
+    CHECK(contents(src) == iota(9, 70));
+    CHECK(contents(moved) == iota(n));
+  }
+}
+
+TEST_CASE("move-assigning a SmallVec replaces the contents", "[containers]") {
+  for (int from : {0, 3, 8}) {
+    for (int to : {0, 2, 11}) {
+      INFO("move " << from << " elements over " << to);
+      auto src = filled<4>(from, 100);
+      auto dst = filled<4>(to, 500);
+      dst = std::move(src);
+      CHECK(contents(dst) == iota(from, 100));
+      src.clear();  // a moved-from SmallVec is reusable
+      src.push_back(1);
+      src.push_back(2);
+      CHECK(contents(src) == (std::vector<int>{1, 2}));
+      CHECK(contents(dst) == iota(from, 100));
+    }
+  }
+}
+
+TEST_CASE("pushing an element of a full SmallVec onto itself copies it before growing",
+          "[containers]") {
+  auto v = filled<4>(4, 11);  // full inline
+  REQUIRE(v.size() == v.capacity());
+  v.push_back(v[0]);
+  CHECK(contents(v) == (std::vector<int>{11, 12, 13, 14, 11}));
+
+  while (v.size() < v.capacity()) v.push_back(static_cast<int>(v.size()));
+  const std::size_t full = v.size();  // full on the heap
+  v.push_back(v[2]);
+  REQUIRE(v.size() == full + 1);
+  CHECK(v[full] == 13);
+  v.push_back(v.back());
+  CHECK(v[full + 1] == 13);
+}
+
+TEST_CASE("resize_uninit grows and shrinks the size and keeps existing elements", "[containers]") {
+  auto v = filled<4>(3);
+  v.resize_uninit(20);
+  REQUIRE(v.size() == 20);
+  CHECK(v.capacity() >= 20);
+  CHECK(v[0] == 0);
+  CHECK(v[1] == 1);
+  CHECK(v[2] == 2);
+  for (std::size_t i = 3; i < 20; ++i) v[i] = static_cast<int>(i);
+  CHECK(contents(v) == iota(20));
+  const std::size_t cap = v.capacity();
+  v.resize_uninit(5);
+  CHECK(v.size() == 5);
+  CHECK(v.capacity() == cap);
+  CHECK(contents(v) == iota(5));
+  v.resize_uninit(0);
+  CHECK(v.empty());
+}
+
+TEST_CASE("clear keeps a SmallVec's capacity and storage", "[containers]") {
+  auto v = filled<4>(40);
+  const std::size_t cap = v.capacity();
+  const int* data = v.data();
+  v.clear();
+  CHECK(v.empty());
+  CHECK(v.capacity() == cap);
+  for (int i = 0; i < 40; ++i) v.push_back(i + 1);
+  CHECK(v.data() == data);  // refilling to the old size did not reallocate
+  CHECK(v.capacity() == cap);
+  CHECK(contents(v) == iota(40, 1));
+}
+
+TEST_CASE("reserve and assign size a SmallVec as asked", "[containers]") {
+  SmallVec<int, 4> v;
+  v.reserve(2);
+  CHECK(v.capacity() == 4);
+  CHECK(is_inline(v));
+  v.reserve(50);
+  CHECK(v.capacity() >= 50);
+  CHECK(v.empty());
+
+  const std::vector<int> src = iota(33, 7);
+  SmallVec<int, 4> w;
+  w.assign(src.data(), src.size());
+  CHECK(contents(w) == src);
+  w.assign(src.data() + 30, 3);
+  CHECK(contents(w) == (std::vector<int>{37, 38, 39}));
+  w.assign(w.data() + 1, 2);  // from its own elements
+  CHECK(contents(w) == (std::vector<int>{38, 39}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// RingBuffer
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("a RingBuffer pops values in the order they were pushed", "[containers]") {
+  RingBuffer<int> q;
+  CHECK(q.empty());
+  CHECK(q.size() == 0);
+  for (int i = 0; i < 5; ++i) q.push_back(i);
+  CHECK(q.size() == 5);
+  CHECK(q.front() == 0);
+  CHECK(q[4] == 4);
+  for (int i = 0; i < 5; ++i) CHECK(q.pop_front() == i);
+  CHECK(q.empty());
+}
+
+TEST_CASE("push_front puts a value ahead of the queue", "[containers]") {
+  RingBuffer<int> q;
+  q.push_front(1);  // onto a buffer that has no storage yet
+  CHECK(q.size() == 1);
+  CHECK(q.front() == 1);
+  q.push_back(2);
+  q.push_back(3);
+  q.push_front(0);
+  CHECK(q.size() == 4);
+  for (int i = 0; i < 4; ++i) CHECK(q.pop_front() == i);
+  CHECK(q.empty());
+
+  q.push_back(5);
+  const int returned = q.pop_front();
+  q.push_front(returned);  // the "could not place it yet" pattern
+  CHECK(q.front() == 5);
+  CHECK(q.size() == 1);
+}
+
+TEST_CASE("a RingBuffer that grows while wrapped keeps its order", "[containers]") {
+  RingBuffer<int> q;
+  int next = 0;
+  int expect = 0;
+  for (int i = 0; i < 16; ++i) q.push_back(next++);
+  for (int i = 0; i < 10; ++i) CHECK(q.pop_front() == expect++);
+  for (int i = 0; i < 10; ++i) q.push_back(next++);  // wraps around the 16-slot buffer
+  REQUIRE(q.size() == 16);
+  for (int i = 0; i < 40; ++i) q.push_back(next++);  // grows from a wrapped state, twice
+  REQUIRE(q.size() == 56);
+  for (std::size_t i = 0; i < q.size(); ++i) CHECK(q[i] == expect + static_cast<int>(i));
+  while (!q.empty()) CHECK(q.pop_front() == expect++);
+  CHECK(expect == next);
+}
+
+TEST_CASE("a RingBuffer that grows on push_front while wrapped keeps its order", "[containers]") {
+  RingBuffer<int> q;
+  for (int i = 0; i < 16; ++i) q.push_back(i);
+  for (int i = 0; i < 6; ++i) q.pop_front();     // 6..15
+  for (int i = 16; i < 22; ++i) q.push_back(i);  // 6..21, wrapped and full
+  REQUIRE(q.size() == 16);
+  for (int i = 5; i >= -10; --i) q.push_front(i);  // grows on the first push_front
+  REQUIRE(q.size() == 32);
+  for (int i = -10; i < 22; ++i) CHECK(q.pop_front() == i);
+  CHECK(q.empty());
+}
+
+TEST_CASE("a RingBuffer with an initial capacity and clear behaves like a fresh one",
+          "[containers]") {
+  RingBuffer<std::uint64_t> q(100);
+  CHECK(q.empty());
+  for (std::uint64_t i = 0; i < 300; ++i) q.push_back(i * 7);
+  CHECK(q.size() == 300);
+  CHECK(q[299] == 299 * 7);
+  q.clear();
+  CHECK(q.empty());
+  q.push_back(42);
+  q.push_front(41);
+  CHECK(q.pop_front() == 41);
+  CHECK(q.pop_front() == 42);
+  CHECK(q.empty());
+}
+
+TEST_CASE("a RingBuffer matches std::deque over random pushes and pops", "[containers]") {
+  std::mt19937_64 rng(20240917);
+  RingBuffer<std::uint32_t> q;
+  std::deque<std::uint32_t> ref;
+  std::uint32_t next = 0;
+  std::size_t max_size = 0;
+  for (int step = 0; step < 50000; ++step) {
+    const auto op = rng() % 100;
+    // Drift the size up and down so the buffer grows, wraps and drains repeatedly.
+    const bool growing = (step / 5000) % 2 == 0;
+    if (op < (growing ? 45u : 30u)) {
+      q.push_back(next);
+      ref.push_back(next);
+      ++next;
+    } else if (op < (growing ? 60u : 40u)) {
+      q.push_front(next);
+      ref.push_front(next);
+      ++next;
+    } else if (!ref.empty()) {
+      REQUIRE(q.front() == ref.front());
+      REQUIRE(q.pop_front() == ref.front());
+      ref.pop_front();
+    }
+    REQUIRE(q.size() == ref.size());
+    REQUIRE(q.empty() == ref.empty());
+    if (!ref.empty()) REQUIRE(q.front() == ref.front());
+    if (step % 997 == 0) {
+      for (std::size_t i = 0; i < ref.size(); ++i) REQUIRE(q[i] == ref[i]);
+    }
+    max_size = std::max(max_size, ref.size());
+  }
+  CHECK(max_size > 64);
+  while (!ref.empty()) {
+    REQUIRE(q.pop_front() == ref.front());
+    ref.pop_front();
+  }
+  CHECK(q.empty());
+}

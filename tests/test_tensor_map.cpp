@@ -1,0 +1,344 @@
+// Tests for detail::TensorMap: the last live writer of every byte range, per address space.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "simpler/detail/tensor_map.hpp"
+
+using simpler::TaskSlot;
+using simpler::detail::TensorMap;
+
+namespace {
+
+using Producers = std::vector<TaskSlot>;
+
+Producers lookup(const TensorMap& m, std::uint64_t space, std::uint64_t begin, std::uint64_t end) {
+  Producers out;
+  m.lookup(space, begin, end, [&out](TaskSlot p) { out.push_back(p); });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a lookup in an empty tensor map finds nothing", "[tensor-map]") {
+  const TensorMap m;
+  CHECK(m.size() == 0);
+  CHECK(lookup(m, 0, 0, 4096).empty());
+  CHECK(lookup(m, 3, 0x1000, 0x2000).empty());
+}
+
+TEST_CASE("an inserted writer is found by lookups that touch its range", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0x1000, 0x1100, 7);
+  CHECK(m.size() == 1);
+  CHECK(lookup(m, 0, 0x1000, 0x1100) == Producers{7});
+  CHECK(lookup(m, 0, 0x1040, 0x1041) == Producers{7});
+  CHECK(lookup(m, 0, 0x0F00, 0x2000) == Producers{7});
+  CHECK(lookup(m, 0, 0x0F00, 0x1000).empty());
+  CHECK(lookup(m, 0, 0x1100, 0x1200).empty());
+}
+
+TEST_CASE("a second writer of the whole range replaces the first", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0, 128, 1);
+  m.insert(0, 0, 128, 2);
+  CHECK(m.size() == 1);
+  CHECK(lookup(m, 0, 0, 128) == Producers{2});
+  CHECK(lookup(m, 0, 100, 101) == Producers{2});
+}
+
+TEST_CASE("disjoint ranges are tracked independently", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0, 64, 1);
+  m.insert(0, 64, 128, 2);
+  CHECK(m.size() == 2);
+  CHECK(lookup(m, 0, 0, 64) == Producers{1});
+  CHECK(lookup(m, 0, 64, 128) == Producers{2});
+  CHECK(lookup(m, 0, 0, 128) == (Producers{1, 2}));
+  m.insert(0, 64, 128, 3);  // rewriting one leaves the other alone
+  CHECK(lookup(m, 0, 0, 64) == Producers{1});
+  CHECK(lookup(m, 0, 0, 128) == (Producers{1, 3}));
+}
+
+TEST_CASE("an overlapping reader finds every producer it touches in address order",
+          "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 256, 320, 4);
+  m.insert(0, 64, 128, 2);
+  m.insert(0, 128, 192, 3);
+  m.insert(0, 0, 64, 1);
+  m.insert(0, 400, 500, 5);
+  CHECK(lookup(m, 0, 32, 300) == (Producers{1, 2, 3, 4}));
+  CHECK(lookup(m, 0, 0, 1000) == (Producers{1, 2, 3, 4, 5}));
+  CHECK(lookup(m, 0, 192, 256).empty());  // the gap between 3 and 4
+  CHECK(lookup(m, 0, 100, 130) == (Producers{2, 3}));
+}
+
+TEST_CASE("touching half-open ranges do not overlap", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0, 64, 1);
+  CHECK(lookup(m, 0, 64, 128).empty());
+  CHECK(lookup(m, 0, 63, 128) == Producers{1});
+
+  TensorMap n;
+  n.insert(0, 64, 128, 2);
+  CHECK(lookup(n, 0, 0, 64).empty());
+  CHECK(lookup(n, 0, 0, 65) == Producers{2});
+  CHECK(lookup(n, 0, 127, 200) == Producers{2});
+  CHECK(lookup(n, 0, 128, 200).empty());
+
+  // A writer right after another does not trim it.
+  m.insert(0, 64, 128, 3);
+  CHECK(lookup(m, 0, 0, 64) == Producers{1});
+  CHECK(lookup(m, 0, 63, 65) == (Producers{1, 3}));
+  CHECK(m.size() == 2);
+}
+
+TEST_CASE("a covering write supersedes every entry under it", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0, 64, 1);
+  m.insert(0, 64, 128, 2);
+  m.insert(0, 200, 210, 3);
+  m.insert(0, 250, 256, 4);
+  m.insert(0, 0, 256, 9);
+  CHECK(m.size() == 1);
+  CHECK(lookup(m, 0, 0, 256) == Producers{9});
+  CHECK(lookup(m, 0, 0, 1000) == Producers{9});
+}
+
+TEST_CASE("a covering write that starts and ends inside entries trims both", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0, 100, 1);
+  m.insert(0, 100, 200, 2);
+  m.insert(0, 200, 300, 3);
+  m.insert(0, 50, 250, 9);
+  CHECK(m.size() == 3);
+  CHECK(lookup(m, 0, 0, 50) == Producers{1});
+  CHECK(lookup(m, 0, 50, 250) == Producers{9});
+  CHECK(lookup(m, 0, 250, 300) == Producers{3});
+  CHECK(lookup(m, 0, 0, 300) == (Producers{1, 9, 3}));
+}
+
+TEST_CASE("a partially covered producer keeps its uncovered bytes", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0, 128, 1);
+  m.insert(0, 0, 64, 2);
+  CHECK(m.size() == 2);
+  CHECK(lookup(m, 0, 64, 128) == Producers{1});
+  CHECK(lookup(m, 0, 0, 64) == Producers{2});
+  CHECK(lookup(m, 0, 0, 128) == (Producers{2, 1}));
+
+  TensorMap t;  // the same with the tail rewritten
+  t.insert(0, 0, 128, 1);
+  t.insert(0, 64, 128, 2);
+  CHECK(lookup(t, 0, 0, 64) == Producers{1});
+  CHECK(lookup(t, 0, 64, 128) == Producers{2});
+  CHECK(t.size() == 2);
+}
+
+TEST_CASE("a write in the middle splits an entry into a head and a tail", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0, 128, 1);
+  m.insert(0, 32, 96, 2);
+  CHECK(m.size() == 3);
+  CHECK(lookup(m, 0, 0, 128) == (Producers{1, 2, 1}));
+  CHECK(lookup(m, 0, 0, 32) == Producers{1});
+  CHECK(lookup(m, 0, 32, 96) == Producers{2});
+  CHECK(lookup(m, 0, 96, 128) == Producers{1});
+  CHECK(lookup(m, 0, 31, 33) == (Producers{1, 2}));
+  CHECK(lookup(m, 0, 95, 97) == (Producers{2, 1}));
+}
+
+TEST_CASE("erase_owned removes only the entries still owned by that producer", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0, 128, 1);
+  m.insert(0, 32, 96, 2);    // newer writer in the middle of 1
+  m.insert(0, 200, 300, 3);  // unrelated
+  m.erase_owned(0, 0, 128, 1);
+  CHECK(m.size() == 2);
+  CHECK(lookup(m, 0, 0, 128) == Producers{2});
+  CHECK(lookup(m, 0, 0, 1000) == (Producers{2, 3}));
+
+  m.erase_owned(0, 0, 128, 3);  // 3 owns nothing in this range
+  CHECK(lookup(m, 0, 200, 300) == Producers{3});
+  m.erase_owned(0, 200, 300, 2);  // 2 owns nothing in this range
+  CHECK(lookup(m, 0, 32, 96) == Producers{2});
+  CHECK(m.size() == 2);
+
+  m.erase_owned(0, 32, 96, 2);
+  m.erase_owned(0, 200, 300, 3);
+  CHECK(m.size() == 0);
+  CHECK(lookup(m, 0, 0, 1000).empty());
+}
+
+TEST_CASE("erase_owned of a superseded producer leaves the newer writer", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0, 128, 1);
+  m.insert(0, 0, 128, 2);
+  m.erase_owned(0, 0, 128, 1);
+  CHECK(lookup(m, 0, 0, 128) == Producers{2});
+  CHECK(m.size() == 1);
+}
+
+TEST_CASE("address spaces with the same addresses are independent", "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 0, 128, 1);
+  m.insert(1, 0, 128, 2);
+  m.insert(2, 32, 64, 3);
+  CHECK(m.size() == 3);
+  CHECK(lookup(m, 0, 0, 128) == Producers{1});
+  CHECK(lookup(m, 1, 0, 128) == Producers{2});
+  CHECK(lookup(m, 2, 0, 128) == Producers{3});
+  CHECK(lookup(m, 7, 0, 128).empty());
+
+  m.insert(1, 0, 64, 4);  // trims only space 1
+  CHECK(lookup(m, 0, 0, 128) == Producers{1});
+  CHECK(lookup(m, 1, 0, 128) == (Producers{4, 2}));
+
+  m.erase_owned(0, 0, 128, 2);  // 2 lives in space 1, not 0
+  CHECK(lookup(m, 1, 64, 128) == Producers{2});
+  m.erase_owned(1, 0, 128, 1);  // 1 lives in space 0, not 1
+  CHECK(lookup(m, 0, 0, 128) == Producers{1});
+  CHECK(m.size() == 4);
+}
+
+TEST_CASE("an entry of a lower space that reaches past an address does not leak into the next",
+          "[tensor-map]") {
+  TensorMap m;
+  m.insert(0, 1000, 5000, 1);
+  CHECK(lookup(m, 1, 2000, 3000).empty());
+  m.insert(1, 2000, 3000, 2);  // must not trim the space-0 entry
+  CHECK(lookup(m, 0, 1000, 5000) == Producers{1});
+  CHECK(lookup(m, 1, 0, 10000) == Producers{2});
+  m.erase_owned(1, 0, 10000, 1);
+  CHECK(lookup(m, 0, 2500, 2501) == Producers{1});
+  CHECK(m.size() == 2);
+}
+
+TEST_CASE("clear empties the tensor map", "[tensor-map]") {
+  TensorMap m;
+  for (TaskSlot p = 0; p < 50; ++p) m.insert(p % 3, p * 10, p * 10 + 10, p);
+  CHECK(m.size() == 50);
+  m.clear();
+  CHECK(m.size() == 0);
+  CHECK(lookup(m, 0, 0, 1000).empty());
+  m.insert(0, 0, 8, 1);
+  CHECK(lookup(m, 0, 0, 8) == Producers{1});
+}
+
+TEST_CASE("random inserts, erases and lookups agree with a per-byte last-writer model",
+          "[tensor-map]") {
+  constexpr std::size_t kBytes = 4096;
+  constexpr std::size_t kSpaces = 2;
+  constexpr std::int64_t kNone = -1;
+  std::mt19937_64 rng(0xC0FFEE);
+
+  struct Range {
+    std::uint64_t space;
+    std::uint64_t begin;
+    std::uint64_t end;
+  };
+  // The oracle: the last writer of every byte, or kNone.
+  std::array<std::array<std::int64_t, kBytes>, kSpaces> last{};
+  for (auto& s : last) s.fill(kNone);
+  // Live producers (each wrote one range, like a task with one output); ids are recycled after
+  // their range is erased, like retired task slots.
+  std::vector<std::pair<TaskSlot, Range>> live;
+  std::vector<TaskSlot> free_ids;
+  TaskSlot next_id = 0;
+
+  TensorMap m;
+  const auto random_range = [&rng](std::uint64_t max_len) {
+    const std::uint64_t len = 1 + rng() % max_len;
+    const std::uint64_t begin = rng() % (kBytes - len + 1);
+    return Range{rng() % kSpaces, begin, begin + len};
+  };
+  // The producers of [begin, end) in address order: one per run of equal owners, gaps skipped.
+  const auto expected = [&last](const Range& r) {
+    Producers out;
+    std::int64_t prev = kNone;
+    for (std::uint64_t b = r.begin; b < r.end; ++b) {
+      const std::int64_t w = last[r.space][b];
+      if (w != kNone && w != prev) out.push_back(static_cast<TaskSlot>(w));
+      prev = w;
+    }
+    return out;
+  };
+  // Entries in the map: runs of equal owners over every space.
+  const auto expected_size = [&last] {
+    std::size_t runs = 0;
+    for (const auto& s : last) {
+      std::int64_t prev = kNone;
+      for (std::int64_t w : s) {
+        if (w != kNone && w != prev) ++runs;
+        prev = w;
+      }
+    }
+    return runs;
+  };
+
+  std::size_t lookups = 0;
+  std::size_t multi_hits = 0;
+  std::size_t erases = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const std::uint64_t op = rng() % 100;
+    if (op < 45) {
+      TaskSlot id = 0;
+      if (!free_ids.empty() && rng() % 2 == 0) {
+        id = free_ids.back();
+        free_ids.pop_back();
+      } else {
+        id = next_id++;
+      }
+      const Range r = random_range(160);
+      m.insert(r.space, r.begin, r.end, id);
+      for (std::uint64_t b = r.begin; b < r.end; ++b) last[r.space][b] = id;
+      live.emplace_back(id, r);
+    } else if (op < 65) {
+      if (live.empty()) continue;
+      const std::size_t i = rng() % live.size();
+      const auto [id, r] = live[i];
+      m.erase_owned(r.space, r.begin, r.end, id);
+      for (std::uint64_t b = r.begin; b < r.end; ++b) {
+        if (last[r.space][b] == static_cast<std::int64_t>(id)) last[r.space][b] = kNone;
+      }
+      live[i] = live.back();
+      live.pop_back();
+      free_ids.push_back(id);
+      ++erases;
+    } else {
+      const Range r = random_range(300);
+      const Producers got = lookup(m, r.space, r.begin, r.end);
+      const Producers want = expected(r);
+      ++lookups;
+      if (std::set<TaskSlot>(want.begin(), want.end()).size() > 1) ++multi_hits;
+      INFO("step " << step << ": lookup space " << r.space << " [" << r.begin << ", " << r.end
+                   << ")");
+      REQUIRE(std::set<TaskSlot>(got.begin(), got.end()) ==
+              std::set<TaskSlot>(want.begin(), want.end()));
+      REQUIRE(got == want);
+    }
+    INFO("step " << step);
+    REQUIRE(m.size() == expected_size());
+  }
+  CHECK(lookups > 1000);
+  CHECK(multi_hits > 100);
+  CHECK(erases > 400);
+}
+
+TEST_CASE("an empty write leaves the map unchanged", "[tensor-map]") {
+  simpler::detail::TensorMap m;
+  m.insert(0, 0, 128, 1);
+  m.insert(0, 64, 64, 2);  // zero bytes inside an entry: no split, no entry
+  m.insert(0, 500, 500, 3);
+  REQUIRE(m.size() == 1);
+  std::vector<simpler::TaskSlot> found;
+  m.lookup(0, 0, 1000, [&](simpler::TaskSlot p) { found.push_back(p); });
+  REQUIRE(found == std::vector<simpler::TaskSlot>{1});
+}
