@@ -1,0 +1,266 @@
+// simpler benchmarks — the shared harness (see docs in /work/shared/design/PERFORMANCE.md).
+//
+// A benchmark program declares scenarios; each scenario has contenders (named functions that run
+// one repetition and return its elapsed nanoseconds) and a unit count (tasks, hops, ...) that
+// turns a repetition's time into a per-unit figure. The harness runs the warm-up repetitions,
+// then N measured repetitions with the contenders interleaved A B A B ..., and reports per
+// contender the median and p99 (nearest rank) of the per-unit figure as an aligned table and as
+// grep-able CSV lines:
+//
+//   csv,<scenario>,<contender>,<metric>,<median>,<p99>,<reps>
+//
+// plus ratio lines ("engine/openmp = 0.87") comparing two contenders' medians.
+//
+// Flags: --tiny (very small sizes, no warm-up, 1 repetition: a CI smoke run), --reps N,
+//        --gap-ms N (sleep between contender runs), --csv-only (print only the csv lines), --help.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace simpler_bench {
+
+struct Options {
+  bool tiny = false;      ///< very small sizes, no warm-up, 1 repetition
+  bool csv_only = false;  ///< print only csv lines
+  int reps = 7;           ///< measured repetitions per contender
+  int warmup = 2;         ///< unmeasured repetitions per contender before the measured ones
+  int gap_ms = -1;        ///< sleep between two contender runs; -1 = the program's default
+  bool reps_given = false;
+};
+
+/// Parses the common flags. Prints usage and exits on --help or an unknown flag.
+inline Options parse_options(int argc, char** argv, const char* what = "") {
+  Options o;
+  auto usage = [&](FILE* f) {
+    std::fprintf(f,
+                 "usage: %s [--tiny] [--reps N] [--gap-ms N] [--csv-only]\n%s%s"
+                 "  --tiny      very small sizes, no warm-up, 1 repetition (CI smoke run)\n"
+                 "  --reps N    measured repetitions per contender (default 7)\n"
+                 "  --gap-ms N  sleep N ms between two contender runs (lets spinning threads of\n"
+                 "              the previous contender go to sleep first)\n"
+                 "  --csv-only  print only the csv,<scenario>,<contender>,<metric>,<median>,"
+                 "<p99>,<reps> lines\n",
+                 argc > 0 ? argv[0] : "bench", what, *what != '\0' ? "\n" : "");
+  };
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strcmp(a, "--tiny") == 0) {
+      o.tiny = true;
+    } else if (std::strcmp(a, "--csv-only") == 0) {
+      o.csv_only = true;
+    } else if (std::strcmp(a, "--reps") == 0 && i + 1 < argc) {
+      char* end = nullptr;
+      const long n = std::strtol(argv[++i], &end, 10);
+      if (end == nullptr || *end != '\0' || n < 1 || n > 100000) {
+        std::fprintf(stderr, "--reps wants a positive integer, got '%s'\n", argv[i]);
+        std::exit(2);
+      }
+      o.reps = static_cast<int>(n);
+      o.reps_given = true;
+    } else if (std::strcmp(a, "--gap-ms") == 0 && i + 1 < argc) {
+      char* end = nullptr;
+      const long n = std::strtol(argv[++i], &end, 10);
+      if (end == nullptr || *end != '\0' || n < 0 || n > 10000) {
+        std::fprintf(stderr, "--gap-ms wants an integer in 0..10000, got '%s'\n", argv[i]);
+        std::exit(2);
+      }
+      o.gap_ms = static_cast<int>(n);
+    } else if (std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0) {
+      usage(stdout);
+      std::exit(0);
+    } else {
+      std::fprintf(stderr, "unknown argument '%s'\n", a);
+      usage(stderr);
+      std::exit(2);
+    }
+  }
+  if (o.tiny) {
+    o.warmup = 0;
+    if (!o.reps_given) o.reps = 1;
+  }
+  return o;
+}
+
+/// Nanoseconds on the steady clock.
+inline std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Elapsed nanoseconds of one call of f().
+template <class F>
+double time_ns(F&& f) {
+  const std::int64_t t0 = now_ns();
+  std::forward<F>(f)();
+  const std::int64_t t1 = now_ns();
+  return static_cast<double>(t1 - t0);
+}
+
+/// Keeps the compiler from dropping an otherwise empty body.
+inline void clobber() noexcept {
+  __asm__ __volatile__("" ::: "memory");
+}
+
+/// The first three fields of /proc/loadavg ("" where unavailable): printed with the results so
+/// a run disturbed by other work on the machine can be recognised.
+inline std::string load_average() {
+  std::string out;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    char buf[128] = {};
+    if (std::fgets(buf, sizeof buf, f) != nullptr) out = buf;
+    std::fclose(f);
+  }
+  int fields = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == ' ' && ++fields == 3) {
+      out.resize(i);
+      break;
+    }
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+struct Stats {
+  double median = 0;
+  double p99 = 0;  ///< nearest-rank 99th percentile (the maximum for fewer than 100 samples)
+  double min = 0;
+  int reps = 0;
+};
+
+inline Stats summarise(std::vector<double> v) {
+  Stats s;
+  s.reps = static_cast<int>(v.size());
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  s.median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  const auto rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(n)));
+  s.p99 = v[std::min(n - 1, rank == 0 ? 0 : rank - 1)];
+  s.min = v.front();
+  return s;
+}
+
+/// One contender of a scenario: `run` performs one repetition and returns its elapsed ns.
+/// `units` is the number of units (tasks, hops) one repetition processes: the reported figure
+/// is ns / units. Contenders signal a wrong result by throwing.
+struct Contender {
+  std::string name;
+  std::function<double()> run;
+  double units = 1;
+};
+
+struct Row {
+  std::string scenario;
+  std::string contender;
+  std::string metric;
+  Stats stats;
+};
+
+/// Collects rows and prints them as they arrive (table and csv).
+class Report {
+ public:
+  explicit Report(const Options& o) : opt_(o) {}
+
+  /// Prints a section header (not in --csv-only mode).
+  void section(const std::string& title) const {
+    if (opt_.csv_only) return;
+    std::printf("\n== %s\n", title.c_str());
+    std::printf("  %-26s %-20s %-9s %12s %12s %5s\n", "scenario", "contender", "metric", "median",
+                "p99", "reps");
+    std::fflush(stdout);
+  }
+
+  /// A free-form note line (not in --csv-only mode).
+  void note(const std::string& text) const {
+    if (opt_.csv_only) return;
+    std::printf("  # %s\n", text.c_str());
+    std::fflush(stdout);
+  }
+
+  const Row& add(std::string scenario, std::string contender, std::string metric, Stats s) {
+    rows_.push_back(Row{std::move(scenario), std::move(contender), std::move(metric), s});
+    const Row& r = rows_.back();
+    if (!opt_.csv_only) {
+      std::printf("  %-26s %-20s %-9s %12.2f %12.2f %5d\n", r.scenario.c_str(), r.contender.c_str(),
+                  r.metric.c_str(), s.median, s.p99, s.reps);
+    }
+    std::printf("csv,%s,%s,%s,%.3f,%.3f,%d\n", r.scenario.c_str(), r.contender.c_str(),
+                r.metric.c_str(), s.median, s.p99, s.reps);
+    std::fflush(stdout);
+    return r;
+  }
+
+  [[nodiscard]] const Row* find(const std::string& scenario, const std::string& contender) const {
+    for (const Row& r : rows_) {
+      if (r.scenario == scenario && r.contender == contender) return &r;
+    }
+    return nullptr;
+  }
+
+  /// Prints "<scenario>: <num>/<den> = X.XX" (medians) and a csv line with metric "ratio".
+  void ratio(const std::string& scenario, const std::string& num, const std::string& den) const {
+    const Row* a = find(scenario, num);
+    const Row* b = find(scenario, den);
+    if (a == nullptr || b == nullptr || b->stats.median <= 0) return;
+    ratio_value(scenario, num + "/" + den, a->stats.median / b->stats.median,
+                std::min(a->stats.reps, b->stats.reps));
+  }
+
+  /// Prints an arbitrary ratio in the same format.
+  void ratio_value(const std::string& scenario, const std::string& label, double value,
+                   int reps) const {
+    if (!opt_.csv_only) {
+      std::printf("  %s: %s = %.2f\n", scenario.c_str(), label.c_str(), value);
+    }
+    std::printf("csv,%s,%s,ratio,%.3f,,%d\n", scenario.c_str(), label.c_str(), value, reps);
+    std::fflush(stdout);
+  }
+
+  [[nodiscard]] const Options& options() const noexcept { return opt_; }
+
+ private:
+  Options opt_;
+  std::vector<Row> rows_;
+};
+
+/// Runs the contenders of one scenario: `warmup` rounds, then `reps` measured rounds, each
+/// round running every contender once in order (A B A B ...). Adds one row per contender.
+inline void run_scenario(Report& rep, const std::string& scenario, const std::string& metric,
+                         std::vector<Contender>& contenders) {
+  const Options& o = rep.options();
+  auto gap = [&] {
+    if (o.gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.gap_ms));
+  };
+  for (int i = 0; i < o.warmup; ++i) {
+    for (Contender& c : contenders) {
+      gap();
+      static_cast<void>(c.run());
+    }
+  }
+  std::vector<std::vector<double>> samples(contenders.size());
+  for (auto& s : samples) s.reserve(static_cast<std::size_t>(o.reps));
+  for (int i = 0; i < o.reps; ++i) {
+    for (std::size_t k = 0; k < contenders.size(); ++k) {
+      gap();
+      samples[k].push_back(contenders[k].run() / contenders[k].units);
+    }
+  }
+  for (std::size_t k = 0; k < contenders.size(); ++k) {
+    rep.add(scenario, contenders[k].name, metric, summarise(std::move(samples[k])));
+  }
+}
+
+}  // namespace simpler_bench
