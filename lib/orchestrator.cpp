@@ -477,7 +477,10 @@ int Orchestrator::finish_run() noexcept {
     if (core_.pool.live() == 0) break;
     const bool idle = core_.orch_wake.await(
         [this] {
-          return core_.ready_inbox.empty() && core_.sched_idle.load(std::memory_order_seq_cst);
+          // Order matters: a lane hands successors to the inbox before it leaves lane_local,
+          // and the scheduler clears sched_idle before it takes the inbox.
+          return core_.lane_local.load(std::memory_order_seq_cst) == 0 &&
+                 core_.ready_inbox.empty() && core_.sched_idle.load(std::memory_order_seq_cst);
         },
         core_.timing.spin, std::chrono::steady_clock::now() + std::chrono::seconds(1));
     if (idle) {

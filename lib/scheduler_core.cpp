@@ -37,7 +37,8 @@ void SchedulerCore::run_loop() noexcept {
       continue;
     }
     if (core_.stop.load(std::memory_order_seq_cst) && !any_busy()) return;
-    if (!any_busy() && !core_.sched_idle.load(std::memory_order_relaxed)) {
+    if (!any_busy() && !core_.sched_idle.load(std::memory_order_relaxed) &&
+        core_.ready_inbox.empty()) {
       core_.sched_idle.store(true, std::memory_order_seq_cst);
       core_.orch_wake.notify_all();
     }
@@ -62,31 +63,30 @@ void SchedulerCore::take_inbox() {
 void SchedulerCore::take_done() {
   for (LaneCore* l = core_.done.take_fifo(); l != nullptr;) {
     LaneCore* n = l->next_done;
-    l->busy = false;
-    --busy_lanes_;
-    Slot& s = core_.pool.at(l->task_slot);
-    if (l->outcome != Outcome::Success) record_failure(*l);
-    if (s.is_group()) {
-      if (l->outcome != Outcome::Success && s.group_outcome == Outcome::Success) {
-        s.group_outcome = l->outcome;
+    l->queued.store(false, std::memory_order_seq_cst);
+    const std::uint32_t upto = l->completed.load(std::memory_order_seq_cst);
+    while (l->collected != upto) {
+      const std::uint32_t i = l->collected % LaneCore::kDepth;
+      const LaneCore::Result& r = l->results[i];
+      Slot& s = core_.pool.at(l->ring[i].slot);
+      ++l->collected;
+      if (--l->inflight == 0) --busy_lanes_;
+      if (r.completed_by_lane) continue;  // the lane already completed it (a single task)
+      if (r.outcome == Outcome::TaskFailure || r.outcome == Outcome::EndpointFailure) {
+        core_.fail_run(r.outcome, l->name, r.callable, r.message);
       }
-      if (++s.members_done == s.group_size) finish(s, s.group_outcome);
-    } else {
-      finish(s, l->outcome);
+      if (s.is_group()) {
+        if (r.outcome != Outcome::Success && s.group_outcome == Outcome::Success) {
+          s.group_outcome = r.outcome;
+        }
+        if (++s.members_done == s.group_size) finish(s, s.group_outcome);
+      } else {
+        finish(s, r.outcome);
+      }
     }
     l = n;
   }
   drain_worklist();
-}
-
-void SchedulerCore::record_failure(const LaneCore& lane) {
-  try {
-    core_.run.fail(std::make_exception_ptr(
-        TaskError(lane.outcome, core_.level, lane.name, lane.callable, lane.message)));
-  } catch (...) {
-    // Building the error ran out of memory: still fail the run, with what we have.
-    core_.run.fail(std::current_exception());
-  }
 }
 
 void SchedulerCore::became_ready(Slot& s) {
@@ -116,25 +116,12 @@ void SchedulerCore::finish(Slot& s, Outcome o) {
 }
 
 // Completes tasks iteratively (a failure can skip a long chain; recursion would overflow the
-// stack): close the consumer list, release consumers, then the references this task held.
+// stack).
 void SchedulerCore::drain_worklist() {
   while (!worklist_.empty()) {
     const Finished f = worklist_.pop_front();
-    Slot& s = core_.pool.at(f.slot);
-    const bool failed = f.outcome != Outcome::Success;
-    s.state.store(failed ? SlotState::Failed : SlotState::Completed, std::memory_order_relaxed);
-    s.failed.store(failed, std::memory_order_relaxed);  // published by the exchange below
-    Edge* e = s.consumers.exchange(closed_list(), std::memory_order_acq_rel);
-    while (e != nullptr) {
-      Edge* next = e->next;  // read before the consumer may move on
-      Slot& c = core_.pool.at(e->consumer);
-      if (failed) c.poisoned.store(true, std::memory_order_relaxed);
-      // acq_rel: release publishes `poisoned`; acquire sees the other releasers' flags.
-      if (c.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) became_ready(c);
-      e = next;
-    }
-    for (TaskSlot p : s.producers) core_.release_ref_from_scheduler(core_.pool.at(p));
-    core_.release_ref_from_scheduler(s);  // last touch of `s`
+    core_.complete(core_.pool.at(f.slot), f.outcome != Outcome::Success,
+                   [this](Slot& c) { became_ready(c); });
   }
 }
 
@@ -145,12 +132,11 @@ bool SchedulerCore::skip_if_cancelled(Slot& s) {
 }
 
 void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
-  lane.busy = true;
-  ++busy_lanes_;
+  if (lane.inflight++ == 0) ++busy_lanes_;
   s.state.store(SlotState::Running, std::memory_order_relaxed);
-  lane.task_slot = s.id;
-  lane.task_member = member;
-  lane.posted.fetch_add(1, std::memory_order_seq_cst);  // publishes task_slot/member
+  const std::uint32_t at = lane.posted.load(std::memory_order_relaxed);
+  lane.ring[at % LaneCore::kDepth] = {s.id, member};
+  lane.posted.store(at + 1, std::memory_order_seq_cst);  // publishes the ring entry
   lane.wake.notify_all();
 }
 
@@ -159,8 +145,9 @@ void SchedulerCore::dispatch(RoleQueues& q) {
   if (lanes.empty()) return;
   for (LaneCore* l : lanes) l->reserved = false;
 
-  // Groups first, in FIFO order. A group whose named workers are not all idle waits at the head
-  // and reserves them, so singles cannot starve it.
+  // Groups first, in FIFO order, on idle lanes only (members start together). A group whose
+  // named workers are not all idle waits at the head and reserves them, so singles cannot
+  // starve it.
   while (!q.groups.empty()) {
     Slot& s = core_.pool.at(q.groups.front());
     if (skip_if_cancelled(s)) {
@@ -171,7 +158,7 @@ void SchedulerCore::dispatch(RoleQueues& q) {
     if (s.targets[0] != any_worker) {
       bool all_idle = true;
       for (std::uint32_t m = 0; m < n; ++m) {
-        all_idle = all_idle && !lanes[static_cast<std::size_t>(s.targets[m])]->busy;
+        all_idle = all_idle && lanes[static_cast<std::size_t>(s.targets[m])]->idle();
       }
       if (!all_idle) {
         for (std::uint32_t m = 0; m < n; ++m) {
@@ -186,26 +173,34 @@ void SchedulerCore::dispatch(RoleQueues& q) {
       continue;
     }
     std::uint32_t idle = 0;
-    for (LaneCore* l : lanes) idle += (!l->busy && !l->reserved) ? 1U : 0U;
+    for (LaneCore* l : lanes) idle += (l->idle() && !l->reserved) ? 1U : 0U;
     if (idle < n) break;
     q.groups.pop_front();
     std::uint32_t m = 0;
     for (LaneCore* l : lanes) {
       if (m == n) break;
-      if (!l->busy && !l->reserved) post(*l, s, m++);
+      if (l->idle() && !l->reserved) post(*l, s, m++);
     }
   }
 
-  // Singles: each idle lane takes its own queue first, then the shared one.
+  // Singles. A lane's own queue may fill its whole ring (those tasks run there anyway); the
+  // shared queue goes first to idle lanes, then tops lanes up to kAnyDepth, so a long task holds
+  // back at most one queued behind it.
   for (LaneCore* l : lanes) {
-    if (l->busy || l->reserved) continue;
+    if (l->reserved) continue;
     auto& own = q.directed[l->index];
-    while (!l->busy) {
-      RingBuffer<TaskSlot>* from = !own.empty() ? &own : (!q.any.empty() ? &q.any : nullptr);
-      if (from == nullptr) break;
-      Slot& s = core_.pool.at(from->pop_front());
-      if (skip_if_cancelled(s)) continue;
-      post(*l, s, 0);
+    while (!own.empty() && l->inflight < LaneCore::kDepth) {
+      Slot& s = core_.pool.at(own.pop_front());
+      if (!skip_if_cancelled(s)) post(*l, s, 0);
+    }
+  }
+  for (std::uint32_t depth = 1; depth <= kAnyDepth && !q.any.empty(); ++depth) {
+    for (LaneCore* l : lanes) {
+      if (l->reserved) continue;
+      while (l->inflight < depth && !q.any.empty()) {
+        Slot& s = core_.pool.at(q.any.pop_front());
+        if (!skip_if_cancelled(s)) post(*l, s, 0);
+      }
     }
   }
   drain_worklist();

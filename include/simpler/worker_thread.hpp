@@ -1,8 +1,8 @@
 // simpler — WorkerThread<Transport, Leaf>: one lane, i.e. one child of a Worker.
 //
-// Owns the leaf, the transport endpoint that reaches it, and one thread. The Scheduler posts a
-// task (slot id + group member) into the lane's LaneCore; the thread builds the leaf request
-// from the slot, runs it through the endpoint, and pushes the outcome back. The thread spins
+// Owns the leaf, the transport endpoint that reaches it, and one thread. The Scheduler posts
+// tasks (slot id + group member) into the lane's LaneCore ring; the thread builds each leaf
+// request from the slot, runs it through the endpoint, and publishes the outcome. The thread spins
 // briefly after a task, then sleeps on a futex: an idle lane uses no CPU.
 #pragma once
 
@@ -50,27 +50,89 @@ class WorkerThread : public detail::LaneCore {
 
  private:
   void loop() noexcept {
-    std::uint32_t seen = 0;
+    std::uint32_t taken = 0;
     for (;;) {
       const bool got = wake.await(
           [&] {
-            return posted.load(std::memory_order_seq_cst) != seen ||
+            return posted.load(std::memory_order_seq_cst) != taken ||
                    stopping.load(std::memory_order_seq_cst);
           },
           core_.timing.spin, std::chrono::steady_clock::now() + std::chrono::seconds(1));
       if (!got) continue;
-      if (posted.load(std::memory_order_seq_cst) == seen) return;  // stopping, nothing posted
-      ++seen;
-      run_posted();
-      core_.done.push(this);
-      core_.notify_scheduler();
+      std::uint32_t avail = posted.load(std::memory_order_seq_cst);
+      if (avail == taken) return;  // stopping, nothing posted
+      while (taken != avail) {
+        const Posted p = ring[taken % kDepth];
+        Result& out = results[taken % kDepth];
+        detail::Slot& s = core_.pool.at(p.slot);
+        if (core_.run.cancelled()) {
+          out.outcome = Outcome::Skipped;  // posted but not started when the run was cancelled
+        } else {
+          run_task(s, p.member, out);
+        }
+        // A single task is completed here, on the lane; a group member goes back to the
+        // scheduler, which waits for every member.
+        detail::Slot* next = nullptr;
+        out.completed_by_lane = !s.is_group();
+        if (out.completed_by_lane) next = complete_here(s, out);
+        ++taken;
+        completed.store(taken, std::memory_order_seq_cst);
+        if (!queued.exchange(true, std::memory_order_seq_cst)) {
+          core_.done.push(this);
+          core_.notify_scheduler();
+        }
+        if (next != nullptr) run_successors(next);
+        avail = posted.load(std::memory_order_seq_cst);
+      }
     }
   }
 
-  void run_posted() noexcept {
-    const detail::Slot& s = core_.pool.at(task_slot);
-    const detail::MemberArgs& a = s.members[task_member];
-    const detail::MemberArgs& b = s.members[task_member + 1];
+  /// Runs, on this lane, successors that this lane's completions made ready (the chain case:
+  /// no round trip through the scheduler per hop). Each was counted in lane_local when kept.
+  void run_successors(detail::Slot* s) noexcept {
+    while (s != nullptr) {
+      s->state.store(SlotState::Running, std::memory_order_relaxed);
+      run_task(*s, 0, local_);
+      detail::Slot* next = complete_here(*s, local_);
+      if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1) core_.orch_wake.notify_all();
+      s = next;
+    }
+  }
+
+  /// Completes a single task on this lane. Returns one successor it made ready that this lane
+  /// may run itself (same role, not a group, any worker or this one, not poisoned, run not
+  /// cancelled); every other ready successor goes to the scheduler's inbox.
+  detail::Slot* complete_here(detail::Slot& s, const Result& r) noexcept {
+    if (r.outcome == Outcome::TaskFailure || r.outcome == Outcome::EndpointFailure) {
+      core_.fail_run(r.outcome, name, r.callable, r.message);
+    }
+    detail::Slot* keep = nullptr;
+    bool handed_over = false;
+    core_.complete(s, r.outcome != Outcome::Success, [&](detail::Slot& c) {
+      if (keep == nullptr && runnable_here(c)) {
+        keep = &c;
+        // Counted before this task's completion is published, so the run's fence cannot see
+        // an idle engine while the successor is about to run.
+        core_.lane_local.fetch_add(1, std::memory_order_seq_cst);
+      } else {
+        c.state.store(SlotState::Ready, std::memory_order_relaxed);
+        core_.ready_inbox.push(&c);
+        handed_over = true;
+      }
+    });
+    if (handed_over) core_.notify_scheduler();
+    return keep;
+  }
+
+  [[nodiscard]] bool runnable_here(const detail::Slot& c) const noexcept {
+    const bool same_role = (c.kind == detail::TaskKind::Sub) == (role == detail::Role::Sub);
+    return same_role && !c.is_group() && (c.targets[0] == any_worker || c.targets[0] == id) &&
+           !c.poisoned.load(std::memory_order_relaxed) && !core_.run.cancelled();
+  }
+
+  void run_task(const detail::Slot& s, std::uint32_t member, Result& out) noexcept {
+    const detail::MemberArgs& a = s.members[member];
+    const detail::MemberArgs& b = s.members[member + 1];
     LeafRequest r;
     r.digest = s.digest;
     r.index_hint = s.callable_index;
@@ -79,12 +141,12 @@ class WorkerThread : public detail::LaneCore {
     r.args.tensors = s.tensors.data() + a.tensor_begin;
     r.args.scalars = s.scalars.data() + a.scalar_begin;
     r.config = s.has_config ? s.config.get() : &default_call_config();
-    outcome = endpoint_.execute(r, message);
-    if (outcome != Outcome::Success) {
+    out.outcome = endpoint_.execute(r, out.message);
+    if (out.outcome != Outcome::Success) {
       try {
-        callable = leaf_.callable_name(r);
+        out.callable = leaf_.callable_name(r);
       } catch (...) {
-        callable.clear();
+        out.callable.clear();
       }
     }
   }
@@ -93,6 +155,7 @@ class WorkerThread : public detail::LaneCore {
   L leaf_;
   typename T::template Endpoint<L> endpoint_;
   std::thread thread_;
+  Result local_;  // result of a successor run by run_successors
   bool shut_ = false;
 };
 

@@ -7,6 +7,7 @@
 // is never woken by a syscall.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -40,8 +41,15 @@ namespace detail {
 enum class Role : std::uint8_t { NextLevel, Sub };
 
 /// The scheduler-facing half of a lane (a WorkerThread). Not a template, so the scheduler's hot
-/// path touches no lane-type-specific code: it writes the task here and posts it.
+/// path touches no lane-type-specific code.
+///
+/// A lane holds up to kDepth posted tasks (an SPSC ring: the scheduler produces, the lane thread
+/// consumes), so a lane that finishes a task usually finds the next one already there instead of
+/// waiting for a round trip through the scheduler. Results go back through a second ring indexed
+/// the same way; the lane puts itself on the scheduler's done stack once per batch.
 struct LaneCore {
+  static constexpr std::uint32_t kDepth = 8;
+
   LaneCore(Role r, WorkerId i, std::string n) : role(r), id(i), name(std::move(n)) {}
   LaneCore(const LaneCore&) = delete;
   LaneCore& operator=(const LaneCore&) = delete;
@@ -50,23 +58,37 @@ struct LaneCore {
   const WorkerId id;
   const std::string name;  ///< "sub worker 0", used in error messages
 
+  struct Posted {
+    TaskSlot slot;
+    std::uint32_t member;
+  };
+  struct Result {
+    Outcome outcome = Outcome::Success;
+    std::string message;   ///< failure text (buffer reused)
+    std::string callable;  ///< failing callable's name
+    bool completed_by_lane = false;  ///< the lane completed the task itself (singles)
+  };
+
   // ---- Scheduler-private.
-  bool busy = false;
+  std::uint32_t inflight = 0;   ///< posted and not yet collected
+  std::uint32_t collected = 0;  ///< results taken so far
   bool reserved = false;
   std::uint32_t index = 0;  ///< position in the scheduler's lane table of this role
+  [[nodiscard]] bool idle() const noexcept { return inflight == 0; }
 
-  // ---- Scheduler -> lane. The scheduler writes task_slot/task_member, then bumps `posted`
-  // (seq_cst, pairs with the lane's load) and notifies `wake`.
-  TaskSlot task_slot = kInvalidSlot;
-  std::uint32_t task_member = 0;
+  // ---- Scheduler -> lane: ring[i % kDepth] is written, then `posted` (seq_cst) publishes it.
+  std::array<Posted, kDepth> ring{};
   std::atomic<std::uint32_t> posted{0};
   std::atomic<bool> stopping{false};
   EventCount wake;
 
-  // ---- Lane -> scheduler. Filled by the lane thread before it pushes itself on the done stack.
-  Outcome outcome = Outcome::Success;
-  std::string message;   ///< failure text (reused buffer)
-  std::string callable;  ///< failing callable's name
+  // ---- Lane -> scheduler: results[i % kDepth] is written, then `completed` (seq_cst) publishes
+  // it. `queued` says the lane is on the done stack; the lane pushes itself only when it flips
+  // queued false -> true, the scheduler clears it before reading `completed` (both seq_cst, so a
+  // completion published after the clear is either seen or re-pushes the lane).
+  std::array<Result, kDepth> results;
+  std::atomic<std::uint32_t> completed{0};
+  std::atomic<bool> queued{false};
   LaneCore* next_done = nullptr;
 };
 
@@ -195,7 +217,10 @@ struct EngineCore {
   /// task has finished); cleared before it takes new work. The run's fence waits for it.
   std::atomic<bool> sched_idle{false};
   static constexpr std::uint32_t kRetireBatch = 32;
-  std::uint32_t retired_since_wake = 0;  ///< Scheduler thread only
+  std::atomic<std::uint32_t> retired_since_wake{0};
+  /// Lanes currently running a task the scheduler did not post (a successor they made ready
+  /// themselves). The run's fence waits for this to be 0 as well.
+  std::atomic<std::uint32_t> lane_local{0};
 
   /// Next-level and sub lanes by WorkerId (ids are positions).
   std::vector<LaneCore*> next_level;
@@ -204,18 +229,52 @@ struct EngineCore {
   void notify_scheduler() noexcept { sched_wake.notify_all(); }
 
   /// Drops one reference on `s`; when it was the last, hands the slot to the Orchestrator to
-  /// retire (it owns the TensorMap, the heap rings and the free list).
-  void release_ref_from_scheduler(Slot& s) noexcept {
+  /// retire (it owns the TensorMap, the heap rings and the free list). Any thread but the
+  /// Orchestrator's.
+  void release_ref(Slot& s) noexcept {
     if (s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       s.state.store(SlotState::Consumed, std::memory_order_relaxed);
       retire_inbox.push(&s);
       // Batched: waking the Orchestrator for every freed slot would make it ping-pong one
       // allocation at a time. The scheduler also wakes it when it goes idle.
-      if (heap_waiting.load(std::memory_order_seq_cst) && ++retired_since_wake >= kRetireBatch) {
-        retired_since_wake = 0;
+      if (heap_waiting.load(std::memory_order_seq_cst) &&
+          retired_since_wake.fetch_add(1, std::memory_order_relaxed) + 1 >= kRetireBatch) {
+        retired_since_wake.store(0, std::memory_order_relaxed);
         orch_wake.notify_all();
       }
     }
+  }
+
+  /// Records a failed task as the run's error (the first one wins). Any thread.
+  void fail_run(Outcome outcome, const std::string& worker, const std::string& callable,
+                const std::string& message) noexcept {
+    try {
+      run.fail(std::make_exception_ptr(TaskError(outcome, level, worker, callable, message)));
+    } catch (...) {
+      // Building the error ran out of memory: still fail the run, with what we have.
+      run.fail(std::current_exception());
+    }
+  }
+
+  /// Ends a task: publishes its outcome, closes its consumer list (poisoning the consumers when
+  /// it did not succeed), then drops the references it held and its own. Calls
+  /// `on_ready(consumer)` for each consumer this made ready. Safe on any engine thread except
+  /// the Orchestrator's; `s` must not be touched afterwards.
+  template <class OnReady>
+  void complete(Slot& s, bool failed, OnReady&& on_ready) noexcept {
+    s.state.store(failed ? SlotState::Failed : SlotState::Completed, std::memory_order_relaxed);
+    s.failed.store(failed, std::memory_order_relaxed);  // published by the exchange below
+    Edge* e = s.consumers.exchange(closed_list(), std::memory_order_acq_rel);
+    while (e != nullptr) {
+      Edge* next = e->next;  // read before the consumer may move on
+      Slot& c = pool.at(e->consumer);
+      if (failed) c.poisoned.store(true, std::memory_order_relaxed);
+      // acq_rel: release publishes `poisoned`; acquire sees the other releasers' flags.
+      if (c.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) on_ready(c);
+      e = next;
+    }
+    for (TaskSlot p : s.producers) release_ref(pool.at(p));
+    release_ref(s);  // last touch of `s`
   }
 };
 

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 
 namespace simpler::detail {
 
@@ -69,17 +70,21 @@ class EventCount {
     }
   }
 
+  /// Polls `ready()` for up to `spin`. Reads the clock only every few hundred polls (it showed
+  /// up at 8 % of a profile when read every 32), and yields the core between rounds: on a 2-core
+  /// machine the thread we wait for may need this core to make progress.
   template <class Ready>
   static bool spin_until(Ready& ready, std::chrono::nanoseconds spin) {
     if (ready()) return true;
     if (spin.count() <= 0) return false;
     const auto end = std::chrono::steady_clock::now() + spin;
     for (;;) {
-      for (int i = 0; i < 32; ++i) {
+      for (int i = 0; i < 256; ++i) {
         cpu_relax();
         if (ready()) return true;
       }
       if (std::chrono::steady_clock::now() >= end) return false;
+      std::this_thread::yield();
     }
   }
 
