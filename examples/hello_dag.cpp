@@ -50,11 +50,8 @@ int main() {
     o.submit_sub(fill, TaskArgs().add_tensor(a, TensorArgType::OutputExisting));
     o.submit_sub(scale, TaskArgs().add_tensor(a).add_tensor(b, TensorArgType::OutputExisting));
     o.submit_sub(shift, TaskArgs().add_tensor(a).add_tensor(c, TensorArgType::OutputExisting));
-    o.submit_sub(add, TaskArgs()
-                          .add_tensor(b)
-                          .add_tensor(c)
-                          .add_tensor(make_tensor(std::span<float>(d)),
-                                      TensorArgType::OutputExisting));
+    o.submit_sub(add, TaskArgs().add_tensor(b).add_tensor(c).add_tensor(
+                          make_tensor(std::span<float>(d)), TensorArgType::OutputExisting));
   });
   w.close();
 

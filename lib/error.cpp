@@ -27,7 +27,8 @@ const char* outcome_text(Outcome o) {
 }
 }  // namespace
 
-SystemError::SystemError(const std::string& what, int err) : Error(errno_text(what, err)), code_(err) {}
+SystemError::SystemError(const std::string& what, int err)
+    : Error(errno_text(what, err)), code_(err) {}
 
 TaskError::TaskError(Outcome outcome, int level, std::string worker, std::string callable,
                      std::string message)
@@ -40,7 +41,9 @@ TaskError::TaskError(Outcome outcome, int level, std::string worker, std::string
       message_(std::move(message)) {}
 
 namespace detail {
-void throw_errno(const char* what) { throw SystemError(what, errno); }
+void throw_errno(const char* what) {
+  throw SystemError(what, errno);
+}
 }  // namespace detail
 
 }  // namespace simpler

@@ -21,8 +21,8 @@ bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
     tsp = &ts;
   }
   const int op = shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE;
-  const long rc = syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, expected, tsp,
-                          nullptr, 0);
+  const long rc =
+      syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, expected, tsp, nullptr, 0);
   return !(rc != 0 && errno == ETIMEDOUT);
 }
 

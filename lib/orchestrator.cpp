@@ -37,7 +37,8 @@ Orchestrator::Orchestrator(detail::EngineCore& core, const detail::CallableRegis
   try {
     for (; made < detail::kHeapRingCount; ++made) {
       if (heap_ring_size_ != 0) {
-        heaps_[made] = detail::HeapRing(detail::map_shared_region(heap_ring_size_), heap_ring_size_);
+        heaps_[made] =
+            detail::HeapRing(detail::map_shared_region(heap_ring_size_), heap_ring_size_);
       }
     }
   } catch (...) {
@@ -80,23 +81,24 @@ void Orchestrator::check_targets(Role role, std::size_t members, std::span<const
     return;
   }
   if (targets.size() != members) {
-    throw UsageError(fmt::format("Orchestrator::{}: {} workers given for {} members; give one per "
-                                 "member, or none to use any idle workers",
-                                 api, targets.size(), members));
+    throw UsageError(
+        fmt::format("Orchestrator::{}: {} workers given for {} members; give one per "
+                    "member, or none to use any idle workers",
+                    api, targets.size(), members));
   }
   for (std::size_t i = 0; i < targets.size(); ++i) {
     const WorkerId w = targets[i];
     if (w == any_worker && members == 1) continue;
     if (w < 0 || static_cast<std::size_t>(w) >= lanes.size()) {
-      throw UsageError(fmt::format("Orchestrator::{}: {} worker id {} does not exist (valid ids: "
-                                   "0..{}{})",
-                                   api, what, w, lanes.size() - 1,
-                                   members == 1 ? ", or any_worker" : ""));
+      throw UsageError(
+          fmt::format("Orchestrator::{}: {} worker id {} does not exist (valid ids: "
+                      "0..{}{})",
+                      api, what, w, lanes.size() - 1, members == 1 ? ", or any_worker" : ""));
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (targets[j] == w) {
-        throw UsageError(
-            fmt::format("Orchestrator::{}: {} worker id {} appears twice in the group", api, what, w));
+        throw UsageError(fmt::format("Orchestrator::{}: {} worker id {} appears twice in the group",
+                                     api, what, w));
       }
     }
   }
@@ -141,14 +143,16 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
   check_open(api);
   const auto& entry = registry_.check(callable);
   if (role == Role::Sub && entry.kind != CallableKind::Sub) {
-    throw UsageError(fmt::format("Orchestrator::{}: '{}' is a {} callable; sub workers run only "
-                                 "callables from Worker::register_sub",
-                                 api, entry.name, to_string(entry.kind)));
+    throw UsageError(
+        fmt::format("Orchestrator::{}: '{}' is a {} callable; sub workers run only "
+                    "callables from Worker::register_sub",
+                    api, entry.name, to_string(entry.kind)));
   }
   if (role == Role::NextLevel && entry.kind == CallableKind::Sub) {
-    throw UsageError(fmt::format("Orchestrator::{}: '{}' is a sub callable; submit it with "
-                                 "submit_sub, or register an orchestration/chip callable",
-                                 api, entry.name));
+    throw UsageError(
+        fmt::format("Orchestrator::{}: '{}' is a sub callable; submit it with "
+                    "submit_sub, or register an orchestration/chip callable",
+                    api, entry.name));
   }
   check_targets(role, members.size(), targets, api);
   const bool custom_config = &config != &default_call_config();
@@ -204,8 +208,8 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
     for (std::int32_t i = 0; i < v.tensor_count; ++i) s.tensors.push_back(v.tensors[i]);
     for (std::int32_t i = 0; i < v.scalar_count; ++i) s.scalars.push_back(v.scalars[i]);
   }
-  s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
-                       static_cast<std::uint32_t>(s.scalars.size())});
+  s.members.push_back(
+      {static_cast<std::uint32_t>(s.tensors.size()), static_cast<std::uint32_t>(s.scalars.size())});
   s.has_config = custom_config;
   if (custom_config) {
     if (!s.config) s.config = std::make_unique<CallConfig>();
@@ -296,7 +300,8 @@ void Orchestrator::infer_and_wire(Slot& s) {
       }
     }
     if (!held) {
-      if (p.failed.load(std::memory_order_acquire)) s.poisoned.store(true, std::memory_order_relaxed);
+      if (p.failed.load(std::memory_order_acquire))
+        s.poisoned.store(true, std::memory_order_relaxed);
       continue;
     }
     s.producers.push_back(pid);
@@ -319,7 +324,8 @@ void Orchestrator::infer_and_wire(Slot& s) {
       ++used;
     } else {
       s.pending.fetch_sub(1, std::memory_order_relaxed);
-      if (p.failed.load(std::memory_order_acquire)) s.poisoned.store(true, std::memory_order_relaxed);
+      if (p.failed.load(std::memory_order_acquire))
+        s.poisoned.store(true, std::memory_order_relaxed);
     }
   }
 }
@@ -336,7 +342,8 @@ void Orchestrator::publish(Slot& s) {
   }
 }
 
-detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t bytes, const char* api) {
+detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t bytes,
+                                                      const char* api) {
   detail::HeapRing& h = heaps_[static_cast<std::size_t>(ring)];
   if (h.size() == 0 || bytes > h.size()) {
     throw UsageError(fmt::format(
@@ -348,7 +355,9 @@ detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t byte
   const auto deadline = std::chrono::steady_clock::now() + core_.timing.heap_wait;
   struct Waiting {
     std::atomic<bool>& flag;
-    explicit Waiting(std::atomic<bool>& f) : flag(f) { flag.store(true, std::memory_order_seq_cst); }
+    explicit Waiting(std::atomic<bool>& f) : flag(f) {
+      flag.store(true, std::memory_order_seq_cst);
+    }
     ~Waiting() { flag.store(false, std::memory_order_relaxed); }
   } waiting(core_.heap_waiting);
   for (;;) {
@@ -363,7 +372,8 @@ detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t byte
           "Orchestrator::{}: heap ring {} (scope depth {}, {} bytes, {} live allocations) stayed "
           "full for {} ms while {} bytes were requested; raise WorkerOptions::heap_ring_size, or "
           "end scopes sooner so their buffers are reclaimed",
-          api, ring, depth_, h.size(), h.live_allocations(), core_.timing.heap_wait.count(), bytes));
+          api, ring, depth_, h.size(), h.live_allocations(), core_.timing.heap_wait.count(),
+          bytes));
     }
   }
 }

@@ -13,8 +13,8 @@ std::uint64_t next_worker_token() noexcept {
   static std::atomic<std::uint64_t> counter{0};
   // Mixed with the pid and the clock so tokens differ across processes (and forked children).
   const auto n = counter.fetch_add(1, std::memory_order_relaxed) + 1;
-  const auto t = static_cast<std::uint64_t>(
-      std::chrono::steady_clock::now().time_since_epoch().count());
+  const auto t =
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   std::uint64_t h = (static_cast<std::uint64_t>(::getpid()) << 40) ^ (t << 8) ^ n;
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdULL;
@@ -37,8 +37,8 @@ CallableHandle CallableRegistry::add(CallableKind kind, std::string name, SubFn 
       throw UsageError(fmt::format("register: a {} callable named '{}' is already registered",
                                    to_string(kind), name));
     }
-    throw UsageError(fmt::format("register: '{}' has the same digest as '{}'; rename one",
-                                 name, e.name));
+    throw UsageError(
+        fmt::format("register: '{}' has the same digest as '{}'; rename one", name, e.name));
   }
   const auto index = static_cast<std::uint32_t>(entries_.size());
   entries_.reserve(entries_.size() + 1);
@@ -60,7 +60,8 @@ const CallableRegistry::Entry& CallableRegistry::check(const CallableHandle& h) 
         h.digest));
   }
   if (h.index >= entries_.size() || entries_[h.index].digest != h.digest) {
-    throw UsageError(fmt::format("CallableHandle {:#018x} is not registered on this Worker", h.digest));
+    throw UsageError(
+        fmt::format("CallableHandle {:#018x} is not registered on this Worker", h.digest));
   }
   return entries_[h.index];
 }

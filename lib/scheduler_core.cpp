@@ -17,7 +17,9 @@ void SchedulerCore::prepare() {
   }
 }
 
-bool SchedulerCore::any_busy() const noexcept { return busy_lanes_ != 0; }
+bool SchedulerCore::any_busy() const noexcept {
+  return busy_lanes_ != 0;
+}
 
 void SchedulerCore::run_loop() noexcept {
   for (;;) {
@@ -194,7 +196,10 @@ void SchedulerCore::dispatch(RoleQueues& q) {
       if (!skip_if_cancelled(s)) post(*l, s, 0);
     }
   }
-  for (std::uint32_t depth = 1; depth <= kAnyDepth && !q.any.empty(); ++depth) {
+  // With a long shared queue every lane stays busy for a while anyway: prefetch deeper.
+  const std::size_t backlog = q.any.size() / lanes.size();
+  const std::uint32_t max_depth = backlog >= 4 * LaneCore::kDepth ? LaneCore::kDepth : kAnyDepth;
+  for (std::uint32_t depth = 1; depth <= max_depth && !q.any.empty(); ++depth) {
     for (LaneCore* l : lanes) {
       if (l->reserved) continue;
       while (l->inflight < depth && !q.any.empty()) {

@@ -59,8 +59,8 @@ std::string tensor_defect(const ContinuousTensor& t) {
     return fmt::format("ndims is {}; a tensor has 1 to {} dimensions", t.ndims, kMaxTensorDims);
   }
   if (!is_valid(t.dtype)) {
-    return fmt::format("dtype value {} is not a DataType (0..{})",
-                       static_cast<unsigned>(t.dtype), kDataTypeCount - 1);
+    return fmt::format("dtype value {} is not a DataType (0..{})", static_cast<unsigned>(t.dtype),
+                       kDataTypeCount - 1);
   }
   for (std::uint32_t i = t.ndims; i < kMaxTensorDims; ++i) {
     if (t.shapes[i] != 0) {
@@ -117,14 +117,16 @@ ContinuousTensor make_tensor(void* data, std::span<const std::uint32_t> shape, D
 
 const ContinuousTensor& TaskArgsView::tensor(std::int32_t i) const {
   if (i < 0 || i >= tensor_count) {
-    throw UsageError(fmt::format("TaskArgsView::tensor({}): the task has {} tensors", i, tensor_count));
+    throw UsageError(
+        fmt::format("TaskArgsView::tensor({}): the task has {} tensors", i, tensor_count));
   }
   return tensors[i];
 }
 
 std::uint64_t TaskArgsView::scalar(std::int32_t i) const {
   if (i < 0 || i >= scalar_count) {
-    throw UsageError(fmt::format("TaskArgsView::scalar({}): the task has {} scalars", i, scalar_count));
+    throw UsageError(
+        fmt::format("TaskArgsView::scalar({}): the task has {} scalars", i, scalar_count));
   }
   return scalars[i];
 }
@@ -159,8 +161,12 @@ void TaskArgs::set_tag(std::int32_t i, TensorArgType tag) {
   tags_[static_cast<std::size_t>(i)] = tag;
 }
 
-const ContinuousTensor& TaskArgs::tensor(std::int32_t i) const { return view().tensor(i); }
-std::uint64_t TaskArgs::scalar(std::int32_t i) const { return view().scalar(i); }
+const ContinuousTensor& TaskArgs::tensor(std::int32_t i) const {
+  return view().tensor(i);
+}
+std::uint64_t TaskArgs::scalar(std::int32_t i) const {
+  return view().scalar(i);
+}
 TensorArgType TaskArgs::tag(std::int32_t i) const {
   if (i < 0 || i >= tensor_count()) {
     throw UsageError(fmt::format("TaskArgs::tag({}): there are {} tensors", i, tensor_count()));
@@ -169,14 +175,15 @@ TensorArgType TaskArgs::tag(std::int32_t i) const {
 }
 
 void CallConfig::validate() const {
-  if (block_dim < 0) throw UsageError(fmt::format("CallConfig: block_dim is {}; it must be >= 0", block_dim));
+  if (block_dim < 0)
+    throw UsageError(fmt::format("CallConfig: block_dim is {}; it must be >= 0", block_dim));
   if (aicpu_thread_num < 0) {
     throw UsageError(
         fmt::format("CallConfig: aicpu_thread_num is {}; it must be >= 0", aicpu_thread_num));
   }
   if (enable_l2_swimlane < 0 || enable_l2_swimlane > 4) {
-    throw UsageError(fmt::format("CallConfig: enable_l2_swimlane is {}; it must be 0..4",
-                                 enable_l2_swimlane));
+    throw UsageError(
+        fmt::format("CallConfig: enable_l2_swimlane is {}; it must be 0..4", enable_l2_swimlane));
   }
   if (std::memchr(output_prefix.data(), '\0', output_prefix.size()) == nullptr) {
     throw UsageError("CallConfig: output_prefix is not NUL-terminated");
@@ -212,9 +219,9 @@ std::size_t encode_args_blob(const TaskArgsView& v, std::span<std::byte> out) {
   }
   const std::size_t need = args_blob_size(v);
   if (out.size() < need) {
-    throw UsageError(fmt::format(
-        "args blob needs {} bytes ({} tensors, {} scalars) but only {} are available", need,
-        v.tensor_count, v.scalar_count, out.size()));
+    throw UsageError(
+        fmt::format("args blob needs {} bytes ({} tensors, {} scalars) but only {} are available",
+                    need, v.tensor_count, v.scalar_count, out.size()));
   }
   std::byte* p = out.data();
   std::memcpy(p, &v.tensor_count, 4);
@@ -230,7 +237,8 @@ std::size_t encode_args_blob(const TaskArgsView& v, std::span<std::byte> out) {
 
 TaskArgsView decode_args_blob(std::span<const std::byte> in) {
   if (in.size() < kArgsBlobHeaderBytes) {
-    throw TransportError(fmt::format("args blob of {} bytes is shorter than its 8-byte header", in.size()));
+    throw TransportError(
+        fmt::format("args blob of {} bytes is shorter than its 8-byte header", in.size()));
   }
   if (reinterpret_cast<std::uintptr_t>(in.data()) % 8 != 0) {
     throw TransportError("args blob is not 8-byte aligned");
@@ -240,22 +248,23 @@ TaskArgsView decode_args_blob(std::span<const std::byte> in) {
   std::memcpy(&t, in.data(), 4);
   std::memcpy(&s, in.data() + 4, 4);
   if (t < 0 || s < 0) {
-    throw TransportError(fmt::format("args blob has a negative count (tensors {}, scalars {})", t, s));
+    throw TransportError(
+        fmt::format("args blob has a negative count (tensors {}, scalars {})", t, s));
   }
   const std::uint64_t need = kArgsBlobHeaderBytes +
                              static_cast<std::uint64_t>(t) * sizeof(ContinuousTensor) +
                              static_cast<std::uint64_t>(s) * sizeof(std::uint64_t);
   if (need > in.size()) {
-    throw TransportError(fmt::format(
-        "args blob claims {} tensors and {} scalars ({} bytes) but holds only {} bytes", t, s, need,
-        in.size()));
+    throw TransportError(
+        fmt::format("args blob claims {} tensors and {} scalars ({} bytes) but holds only {} bytes",
+                    t, s, need, in.size()));
   }
   TaskArgsView v;
   v.tensor_count = t;
   v.scalar_count = s;
   v.tensors = reinterpret_cast<const ContinuousTensor*>(in.data() + kArgsBlobHeaderBytes);
-  v.scalars = reinterpret_cast<const std::uint64_t*>(in.data() + kArgsBlobHeaderBytes +
-                                                     static_cast<std::size_t>(t) * sizeof(ContinuousTensor));
+  v.scalars = reinterpret_cast<const std::uint64_t*>(
+      in.data() + kArgsBlobHeaderBytes + static_cast<std::size_t>(t) * sizeof(ContinuousTensor));
   for (std::int32_t i = 0; i < t; ++i) {
     if (auto why = tensor_defect(v.tensors[i]); !why.empty()) {
       throw TransportError(fmt::format("args blob tensor {} is malformed: {}", i, why));

@@ -76,28 +76,33 @@ TEST_CASE("unknown and foreign callable handles are rejected", "[engine][bad-inp
   // Kind mismatches name the right call.
   CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_sub(f.orch_fn); }),
              Contains("register_sub"));
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_next_level(f.count, TaskArgs()); }),
-             Contains("submit_sub"));
+  CHECK_THAT(
+      f.usage_error_in_run([&](Orchestrator& o) { o.submit_next_level(f.count, TaskArgs()); }),
+      Contains("submit_sub"));
   f.still_works();
 }
 
 TEST_CASE("worker ids and groups are validated", "[engine][bad-input][group]") {
   Fixture f;
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_next_level(f.orch_fn, TaskArgs(), default_call_config(), 2); }),
+  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) {
+    o.submit_next_level(f.orch_fn, TaskArgs(), default_call_config(), 2);
+  }),
              Contains("worker id 2 does not exist"));
   CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_sub(f.count, TaskArgs(), 7); }),
              Contains("sub worker id 7 does not exist"));
   CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) {
-               o.submit_next_level_group(f.orch_fn, std::vector<TaskArgs>(2), default_call_config(), {1, 1});
-             }),
+    o.submit_next_level_group(f.orch_fn, std::vector<TaskArgs>(2), default_call_config(), {1, 1});
+  }),
              Contains("appears twice"));
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_next_level_group(f.orch_fn, {}); }),
-             Contains("at least one member"));
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_sub_group(f.count, std::vector<TaskArgs>(3)); }),
+  CHECK_THAT(
+      f.usage_error_in_run([&](Orchestrator& o) { o.submit_next_level_group(f.orch_fn, {}); }),
+      Contains("at least one member"));
+  CHECK_THAT(f.usage_error_in_run(
+                 [&](Orchestrator& o) { o.submit_sub_group(f.count, std::vector<TaskArgs>(3)); }),
              Contains("needs as many sub workers"));
   CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) {
-               o.submit_next_level_group(f.orch_fn, std::vector<TaskArgs>(2), default_call_config(), {0});
-             }),
+    o.submit_next_level_group(f.orch_fn, std::vector<TaskArgs>(2), default_call_config(), {0});
+  }),
              Contains("1 workers given for 2 members"));
   f.still_works();
 }
@@ -113,18 +118,21 @@ TEST_CASE("malformed tensors and argument orders are rejected", "[engine][bad-in
   CHECK_THROWS_WITH(TaskArgs().add_tensor(bad), Contains("ndims"));
   TaskArgs a;
   a.add_scalar(1);
-  CHECK_THROWS_WITH(a.add_tensor(make_tensor(x, {8}, DataType::Float32)), Contains("before the first scalar"));
-  CHECK_THROWS_WITH(TaskArgs().add_tensor(make_tensor(x, {8}, DataType::Float32), static_cast<TensorArgType>(9)),
-                    Contains("not a TensorArgType"));
+  CHECK_THROWS_WITH(a.add_tensor(make_tensor(x, {8}, DataType::Float32)),
+                    Contains("before the first scalar"));
+  CHECK_THROWS_WITH(
+      TaskArgs().add_tensor(make_tensor(x, {8}, DataType::Float32), static_cast<TensorArgType>(9)),
+      Contains("not a TensorArgType"));
   f.still_works();
 }
 
 TEST_CASE("scope misuse is rejected", "[engine][bad-input][scope]") {
   Fixture f;
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.scope_end(); }), Contains("without scope_begin"));
+  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.scope_end(); }),
+             Contains("without scope_begin"));
   CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) {
-               for (int i = 0; i < 100; ++i) o.scope_begin();
-             }),
+    for (int i = 0; i < 100; ++i) o.scope_begin();
+  }),
              Contains("at most 64"));
   // 63 user scopes on top of the run's own are fine.
   f.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
@@ -134,8 +142,9 @@ TEST_CASE("scope misuse is rejected", "[engine][bad-input][scope]") {
     for (int i = 0; i < 63; ++i) o.scope_end();
   });
   // Leaving a scope open is reported after the run drained.
-  CHECK_THROWS_WITH(f.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.scope_begin(); }),
-                    Contains("left 1 scope(s) open"));
+  CHECK_THROWS_WITH(
+      f.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.scope_begin(); }),
+      Contains("left 1 scope(s) open"));
   f.still_works();
 }
 
@@ -159,8 +168,9 @@ TEST_CASE("heap ring limits are enforced with a deadline", "[engine][bad-input][
   CHECK_THAT(run_error([](Orchestrator& o) { o.alloc({100 * 1024}, DataType::UInt8); }),
              Contains("raise WorkerOptions::heap_ring_size"));
   CHECK_THAT(run_error([&](Orchestrator& o) {
-               o.submit_sub(count, TaskArgs().add_tensor(make_tensor(nullptr, {1 << 20}, DataType::UInt8),
-                                                         TensorArgType::Output));
+               o.submit_sub(count,
+                            TaskArgs().add_tensor(make_tensor(nullptr, {1 << 20}, DataType::UInt8),
+                                                  TensorArgType::Output));
              }),
              Contains("heap ring 0"));
   // Everything in the run's own scope stays alive until the run ends: the ring fills and the
@@ -196,16 +206,18 @@ TEST_CASE("lifecycle misuse is rejected", "[engine][bad-input][lifecycle]") {
   CHECK_THROWS_WITH(f.w.run([&](Orchestrator&, TaskArgsView, const CallConfig&) { f.w.close(); }),
                     Contains("inside a run"));
   CHECK_THROWS_WITH(f.w.run([&](Orchestrator&, TaskArgsView, const CallConfig&) {
-                      f.w.run([](Orchestrator&, TaskArgsView, const CallConfig&) {});
-                    }),
+    f.w.run([](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  }),
                     Contains("re-entrant"));
   f.still_works();
   f.w.close();
   f.w.close();  // idempotent
-  CHECK_THROWS_WITH(f.w.run([](Orchestrator&, TaskArgsView, const CallConfig&) {}), Contains("closed"));
+  CHECK_THROWS_WITH(f.w.run([](Orchestrator&, TaskArgsView, const CallConfig&) {}),
+                    Contains("closed"));
 
   Worker fresh(thread_options(1));
-  CHECK_THROWS_WITH(fresh.run([](Orchestrator&, TaskArgsView, const CallConfig&) {}), Contains("not initialised"));
+  CHECK_THROWS_WITH(fresh.run([](Orchestrator&, TaskArgsView, const CallConfig&) {}),
+                    Contains("not initialised"));
   WorkerOptions neg = thread_options(-1);
   CHECK_THROWS_WITH(Worker(neg), Contains("num_sub_workers"));
 }
@@ -214,11 +226,14 @@ TEST_CASE("a bad CallConfig is rejected at submit", "[engine][bad-input]") {
   Fixture f;
   CallConfig cfg;
   cfg.enable_pmu = 1;
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_next_level(f.orch_fn, TaskArgs(), cfg, 0); }),
+  CHECK_THAT(f.usage_error_in_run(
+                 [&](Orchestrator& o) { o.submit_next_level(f.orch_fn, TaskArgs(), cfg, 0); }),
              Contains("output_prefix"));
   cfg.enable_pmu = 0;
   cfg.block_dim = 24;
-  f.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_next_level(f.orch_fn, TaskArgs(), cfg, 1); });
+  f.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_next_level(f.orch_fn, TaskArgs(), cfg, 1);
+  });
   const auto e = f.log.entries();
   REQUIRE(e.size() == 1);
   CHECK(e[0].config.block_dim == 24);

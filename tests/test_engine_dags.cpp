@@ -27,7 +27,8 @@ struct DagFixture {
   CallableHandle snap;
 };
 
-DagProgram fixed_program(std::initializer_list<DagOp> ops, std::uint32_t values, std::uint32_t accums) {
+DagProgram fixed_program(std::initializer_list<DagOp> ops, std::uint32_t values,
+                         std::uint32_t accums) {
   DagProgram p;
   p.values = values;
   p.accums = accums;
@@ -35,7 +36,8 @@ DagProgram fixed_program(std::initializer_list<DagOp> ops, std::uint32_t values,
   return p;
 }
 
-DagOp op(std::int64_t write, std::vector<std::int64_t> reads, std::int64_t accum = -1, bool heap = false) {
+DagOp op(std::int64_t write, std::vector<std::int64_t> reads, std::int64_t accum = -1,
+         bool heap = false) {
   DagOp o;
   o.write = write;
   o.write_auto = heap;
@@ -93,12 +95,13 @@ TEST_CASE("random tagged DAGs match the sequential oracle every time", "[engine]
   REQUIRE(f.w.orchestrator().tensor_map_size() == 0);
 }
 
-TEST_CASE("a reader of a sub-view waits for the writer of the enclosing range only", "[engine][dag][subview]") {
+TEST_CASE("a reader of a sub-view waits for the writer of the enclosing range only",
+          "[engine][dag][subview]") {
   // Four lanes so a wrong edge can only show up as a wrong order, never as a lack of workers.
   Worker w(thread_options(4));
   std::vector<std::uint8_t> buf(512, 0);
-  Gate release_low;    // holds the writer of [0,256)
-  Gate release_high;   // holds the writer of [256,512)
+  Gate release_low;   // holds the writer of [0,256)
+  Gate release_high;  // holds the writer of [256,512)
   std::mutex mu;
   std::vector<std::string> order;
   auto note = [&](std::string s) {
@@ -116,20 +119,21 @@ TEST_CASE("a reader of a sub-view waits for the writer of the enclosing range on
   auto read_mid = w.register_sub("read_64_128", [&](TaskArgsView) { note("read_64_128"); });
   // Reads [300,310): independent of the low writer. It opens the low gate, which can only happen
   // if it did not wait for that writer; then it opens the high gate.
-  auto read_high_part = w.register_sub("read_300_310", [&](TaskArgsView) {
-    note("read_300_310");
-  });
+  auto read_high_part = w.register_sub("read_300_310", [&](TaskArgsView) { note("read_300_310"); });
   auto opener = w.register_sub("open_low", [&](TaskArgsView) {
     note("open_low");
     release_low.open();
   });
   w.init();
   auto view = [&](std::size_t begin, std::size_t end) {
-    return make_tensor(buf.data() + begin, {static_cast<std::uint32_t>(end - begin)}, DataType::UInt8);
+    return make_tensor(buf.data() + begin, {static_cast<std::uint32_t>(end - begin)},
+                       DataType::UInt8);
   };
   w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-    const auto low = o.submit_sub(write_low, TaskArgs().add_tensor(view(0, 256), TensorArgType::OutputExisting));
-    const auto high = o.submit_sub(write_high, TaskArgs().add_tensor(view(256, 512), TensorArgType::OutputExisting));
+    const auto low =
+        o.submit_sub(write_low, TaskArgs().add_tensor(view(0, 256), TensorArgType::OutputExisting));
+    const auto high = o.submit_sub(
+        write_high, TaskArgs().add_tensor(view(256, 512), TensorArgType::OutputExisting));
     const auto mid = o.submit_sub(read_mid, TaskArgs().add_tensor(view(64, 128)));
     // The reader of [64,128) depends on the low writer only.
     CHECK(o.state_of(mid.slot_id) == SlotState::Pending);
@@ -191,14 +195,17 @@ TEST_CASE("an auto-allocated output is handed to its consumer", "[engine][dag][a
   w.init();
   w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
     ContinuousTensor want = make_tensor(nullptr, {64}, DataType::Float32);
-    const SubmitResult r = o.submit_sub(produce, TaskArgs().add_tensor(want, TensorArgType::Output));
+    const SubmitResult r =
+        o.submit_sub(produce, TaskArgs().add_tensor(want, TensorArgType::Output));
     REQUIRE(r.outputs.size() == 1);
     CHECK(r.output(0).data != 0);
     CHECK(r.output(0).data % 1024 == 0);
     CHECK(r.output(0).shapes[0] == 64);
     o.submit_sub(consume, TaskArgs()
                               .add_tensor(r.output(0))
-                              .add_tensor(make_tensor(std::span<float>(sink)), TensorArgType::OutputExisting));
+                              .add_tensor(make_tensor(std::span<float>(sink)),
+                                          TensorArgType::OutputExisting));
   });
-  for (int i = 0; i < 64; ++i) REQUIRE(sink[static_cast<std::size_t>(i)] == static_cast<float>(i) * 0.5F + 1);
+  for (int i = 0; i < 64; ++i)
+    REQUIRE(sink[static_cast<std::size_t>(i)] == static_cast<float>(i) * 0.5F + 1);
 }

@@ -14,7 +14,9 @@ using namespace simpler;
 using namespace simpler::testing;
 
 namespace {
-ContinuousTensor one(std::int64_t& x) { return make_tensor(&x, {1}, DataType::Int64); }
+ContinuousTensor one(std::int64_t& x) {
+  return make_tensor(&x, {1}, DataType::Int64);
+}
 }  // namespace
 
 TEST_CASE("a throwing sub callable fails the run with its context", "[engine][failure]") {
@@ -42,11 +44,14 @@ TEST_CASE("a throwing sub callable fails the run with its context", "[engine][fa
     w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
       o.submit_sub(boom, TaskArgs().add_tensor(one(a), TensorArgType::OutputExisting));
       // Downstream cone: a -> b -> c, and a second reader of a.
-      o.submit_sub(after, TaskArgs().add_tensor(one(a)).add_tensor(one(b), TensorArgType::OutputExisting));
-      o.submit_sub(after, TaskArgs().add_tensor(one(b)).add_tensor(one(c), TensorArgType::OutputExisting));
+      o.submit_sub(after,
+                   TaskArgs().add_tensor(one(a)).add_tensor(one(b), TensorArgType::OutputExisting));
+      o.submit_sub(after,
+                   TaskArgs().add_tensor(one(b)).add_tensor(one(c), TensorArgType::OutputExisting));
       o.submit_sub(after, TaskArgs().add_tensor(one(a), TensorArgType::InOut));
       // Independent work.
-      for (int i = 0; i < 10; ++i) o.submit_sub(other, TaskArgs().add_tensor(one(z), TensorArgType::InOut));
+      for (int i = 0; i < 10; ++i)
+        o.submit_sub(other, TaskArgs().add_tensor(one(z), TensorArgType::InOut));
       submitted.open();
       // Once the failure is recorded, submits throw at once.
       try {
@@ -56,7 +61,8 @@ TEST_CASE("a throwing sub callable fails the run with its context", "[engine][fa
           std::this_thread::yield();
         }
       } catch (const TaskError& e) {
-        later_submit_threw = std::string(e.what()).find("sensor value out of range") != std::string::npos;
+        later_submit_threw =
+            std::string(e.what()).find("sensor value out of range") != std::string::npos;
         throw;
       }
     });
@@ -82,7 +88,8 @@ TEST_CASE("a throwing sub callable fails the run with its context", "[engine][fa
   std::atomic<int> ok{0};
   auto count = w.register_sub("count", [&](TaskArgsView) { ++ok; });
   w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-    for (int i = 0; i < 5; ++i) o.submit_sub(count, TaskArgs().add_tensor(one(a), TensorArgType::InOut));
+    for (int i = 0; i < 5; ++i)
+      o.submit_sub(count, TaskArgs().add_tensor(one(a), TensorArgType::InOut));
   });
   CHECK(ok == 5);
 }
@@ -96,21 +103,24 @@ TEST_CASE("a consumer submitted after its producer failed is skipped", "[engine]
   std::int64_t x = 0;
   std::int64_t y = 0;
   CHECK_THROWS_AS(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-                    const auto p = o.submit_sub(boom, TaskArgs().add_tensor(one(x), TensorArgType::OutputExisting));
-                    // Wait until the producer has failed, without submitting (which would throw).
-                    REQUIRE(eventually([&] { return o.state_of(p.slot_id) == SlotState::Failed; }));
-                    // The run is failed now: this submit throws before creating a task.
-                    o.submit_sub(after, TaskArgs().add_tensor(one(x)).add_tensor(one(y), TensorArgType::OutputExisting));
-                  }),
+    const auto p = o.submit_sub(boom, TaskArgs().add_tensor(one(x), TensorArgType::OutputExisting));
+    // Wait until the producer has failed, without submitting (which would throw).
+    REQUIRE(eventually([&] { return o.state_of(p.slot_id) == SlotState::Failed; }));
+    // The run is failed now: this submit throws before creating a task.
+    o.submit_sub(after,
+                 TaskArgs().add_tensor(one(x)).add_tensor(one(y), TensorArgType::OutputExisting));
+  }),
                   TaskError);
   CHECK(ran == 0);
 }
 
-TEST_CASE("a failed group member fails the group once every member ended", "[engine][failure][group]") {
+TEST_CASE("a failed group member fails the group once every member ended",
+          "[engine][failure][group]") {
   RecordLog log;
   TestWorker w(thread_options(1));
   auto member = w.register_orch("member", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
-  auto after = w.register_sub("after", [](TaskArgsView) { FAIL("a consumer of a failed group ran"); });
+  auto after =
+      w.register_sub("after", [](TaskArgsView) { FAIL("a consumer of a failed group ran"); });
   w.add_next_level(RecordingLeaf(log, 0));
   w.add_next_level(RecordingLeaf(log, 1));
   w.init();
@@ -134,7 +144,8 @@ TEST_CASE("a failed group member fails the group once every member ended", "[eng
   CHECK(log.size() == 2);  // both members ran
 }
 
-TEST_CASE("an exception from the orchestration function cancels unstarted tasks", "[engine][failure]") {
+TEST_CASE("an exception from the orchestration function cancels unstarted tasks",
+          "[engine][failure]") {
   Worker w(thread_options(1));
   std::atomic<int> ran{0};
   std::atomic<const Orchestrator*> orch{nullptr};
@@ -148,11 +159,11 @@ TEST_CASE("an exception from the orchestration function cancels unstarted tasks"
     using std::runtime_error::runtime_error;
   };
   CHECK_THROWS_AS(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-                    orch = &o;
-                    o.submit_sub(hold);
-                    for (int i = 0; i < 20; ++i) o.submit_sub(count);
-                    throw UserError("orchestration gave up");
-                  }),
+    orch = &o;
+    o.submit_sub(hold);
+    for (int i = 0; i < 20; ++i) o.submit_sub(count);
+    throw UserError("orchestration gave up");
+  }),
                   UserError);
   // Nothing that had not started when the run was cancelled ran; the Worker still works.
   CHECK(ran == 0);

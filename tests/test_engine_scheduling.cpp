@@ -53,7 +53,8 @@ TEST_CASE("a directed next-level task runs on the worker it names", "[engine][sc
   w.init();
   w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
     for (std::uint64_t i = 0; i < 30; ++i) {
-      o.submit_next_level(fn, TaskArgs().add_scalar(i), default_call_config(), static_cast<WorkerId>(i % 3));
+      o.submit_next_level(fn, TaskArgs().add_scalar(i), default_call_config(),
+                          static_cast<WorkerId>(i % 3));
     }
   });
   const auto e = log.entries();
@@ -80,7 +81,8 @@ TEST_CASE("any-worker tasks spread over idle workers", "[engine][scheduling]") {
   CHECK(e[0].leaf != e[1].leaf);
 }
 
-TEST_CASE("a group runs all its members at the same time on the workers it names", "[engine][scheduling][group]") {
+TEST_CASE("a group runs all its members at the same time on the workers it names",
+          "[engine][scheduling][group]") {
   RecordLog log;
   TestWorker w(thread_options(0));
   auto fn = w.register_orch("fn", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
@@ -97,7 +99,8 @@ TEST_CASE("a group runs all its members at the same time on the workers it names
     args[1].add_scalar(1);
     const auto g = o.submit_next_level_group(fn, std::move(args), default_call_config(), {2, 0});
     // A consumer of the group waits for both members.
-    const auto after = o.submit_next_level(fn, TaskArgs().add_tensor(make_tensor(&x, {1}, DataType::Int64)).add_scalar(9));
+    const auto after = o.submit_next_level(
+        fn, TaskArgs().add_tensor(make_tensor(&x, {1}, DataType::Int64)).add_scalar(9));
     CHECK(o.state_of(after.slot_id) != SlotState::Completed);
     (void)g;
   });
@@ -122,9 +125,11 @@ TEST_CASE("a blocked group keeps its workers from later singles", "[engine][sche
   log.on(hold.digest, [&](const LeafRequest&, int) { gate.wait(); });
   w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
     const auto h = o.submit_next_level(hold, TaskArgs(), default_call_config(), 0);
-    REQUIRE(eventually([&] { return o.state_of(h.slot_id) == SlotState::Running; }));  // worker 0 busy
+    REQUIRE(
+        eventually([&] { return o.state_of(h.slot_id) == SlotState::Running; }));  // worker 0 busy
     o.submit_next_level_group(fn, std::vector<TaskArgs>(2), default_call_config(), {0, 1});
-    o.submit_next_level(fn, TaskArgs().add_scalar(7), default_call_config(), 1);  // must not overtake
+    o.submit_next_level(fn, TaskArgs().add_scalar(7), default_call_config(),
+                        1);  // must not overtake
     gate.open();
   });
   const auto e = log.entries();
@@ -152,7 +157,7 @@ TEST_CASE("a saturated next-level pool does not block sub tasks", "[engine][sche
   w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
     o.submit_next_level(hold, TaskArgs());
     o.submit_next_level(hold, TaskArgs());  // queued behind the first
-    o.submit_sub(opener);                    // runs although every next-level worker is busy
+    o.submit_sub(opener);                   // runs although every next-level worker is busy
   });
   CHECK(log.size() == 2);
 }
@@ -179,7 +184,9 @@ TEST_CASE("a sub group runs on distinct sub workers at once", "[engine][scheduli
 TEST_CASE("ten million tasks in one run stay within the memory of live tasks", "[engine][scale]") {
   Worker w(thread_options(2));
   std::atomic<std::uint64_t> ran{0};
-  auto fn = w.register_sub("count", [&](TaskArgsView v) { ran.fetch_add(v.tensor_count > 0 ? 1 : 1, std::memory_order_relaxed); });
+  auto fn = w.register_sub("count", [&](TaskArgsView v) {
+    ran.fetch_add(v.tensor_count > 0 ? 1 : 1, std::memory_order_relaxed);
+  });
   w.init();
   std::vector<std::int64_t> bufs(64);
   std::uint32_t peak_capacity = 0;
@@ -221,7 +228,8 @@ TEST_CASE("an idle initialised Worker has every thread asleep", "[engine][idle]"
   const bool asleep = eventually(
       [] {
         const auto states = other_thread_states();
-        return !states.empty() && std::all_of(states.begin(), states.end(), [](char c) { return c == 'S'; });
+        return !states.empty() &&
+               std::all_of(states.begin(), states.end(), [](char c) { return c == 'S'; });
       },
       std::chrono::seconds(5));
   CHECK(asleep);

@@ -17,7 +17,8 @@ inline constexpr std::size_t kArgsBlobHeaderBytes = 8;
 
 /// Bytes the blob of `v` takes.
 constexpr std::size_t args_blob_size(const TaskArgsView& v) noexcept {
-  return kArgsBlobHeaderBytes + static_cast<std::size_t>(v.tensor_count) * sizeof(ContinuousTensor) +
+  return kArgsBlobHeaderBytes +
+         static_cast<std::size_t>(v.tensor_count) * sizeof(ContinuousTensor) +
          static_cast<std::size_t>(v.scalar_count) * sizeof(std::uint64_t);
 }
 

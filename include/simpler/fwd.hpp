@@ -25,7 +25,9 @@ class UsageError;
 class TaskError;
 
 template <class L>
-concept RunsTasks = requires(L& leaf, const LeafRequest& request) { leaf.run(request); };
+concept RunsTasks = requires(L& leaf, const LeafRequest& request) {
+  leaf.run(request);
+};
 
 template <class... Lanes>
 class Scheduler;

@@ -137,7 +137,7 @@ class Orchestrator {
   void drain_retired() noexcept;
   [[nodiscard]] int ring_for_depth() const noexcept {
     return depth_ - 1 < detail::kHeapRingCount - 1 ? (depth_ > 0 ? depth_ - 1 : 0)
-                                                  : detail::kHeapRingCount - 1;
+                                                   : detail::kHeapRingCount - 1;
   }
 
   detail::EngineCore& core_;

@@ -32,7 +32,8 @@ class Scheduler {
     static_assert((std::is_same_v<Lane, Lanes> || ...), "Lane is not in this Scheduler's lane set");
     auto& table = role == detail::Role::Sub ? core_.subs : core_.next_level;
     const auto id = static_cast<WorkerId>(table.size());
-    auto lane = std::make_unique<Lane>(core_, role, id, std::move(name), std::forward<Args>(args)...);
+    auto lane =
+        std::make_unique<Lane>(core_, role, id, std::move(name), std::forward<Args>(args)...);
     Lane& ref = *lane;
     table.reserve(table.size() + 1);
     std::get<std::vector<std::unique_ptr<Lane>>>(pools_).push_back(std::move(lane));

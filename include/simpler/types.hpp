@@ -48,7 +48,9 @@ constexpr std::size_t element_size(DataType t) noexcept {
   return 0;
 }
 
-constexpr bool is_valid(DataType t) noexcept { return static_cast<std::uint8_t>(t) < kDataTypeCount; }
+constexpr bool is_valid(DataType t) noexcept {
+  return static_cast<std::uint8_t>(t) < kDataTypeCount;
+}
 
 const char* to_string(DataType t) noexcept;
 
@@ -64,9 +66,9 @@ enum class TensorArgType : std::int32_t {
 
 /// A contiguous tensor: 40 bytes, the same layout at every level and on every wire.
 struct ContinuousTensor {
-  std::uint64_t data = 0;                       ///< address; 0 = no buffer yet (Output auto-alloc)
+  std::uint64_t data = 0;  ///< address; 0 = no buffer yet (Output auto-alloc)
   std::array<std::uint32_t, kMaxTensorDims> shapes{};  ///< extents; slots past ndims are 0
-  std::uint32_t ndims = 0;                      ///< 1..5
+  std::uint32_t ndims = 0;                             ///< 1..5
   DataType dtype = DataType::Float32;
   std::uint8_t child_memory = 0;  ///< 1 = memory owned by the next-level child (device memory)
   std::array<std::uint8_t, 6> reserved_{};
@@ -111,14 +113,22 @@ std::uint32_t checked_extent(std::size_t n);
 template <class T>
 constexpr DataType data_type_of() noexcept {
   using U = std::remove_cv_t<T>;
-  if constexpr (std::is_same_v<U, float>) return DataType::Float32;
-  else if constexpr (std::is_same_v<U, std::int32_t>) return DataType::Int32;
-  else if constexpr (std::is_same_v<U, std::int16_t>) return DataType::Int16;
-  else if constexpr (std::is_same_v<U, std::int8_t>) return DataType::Int8;
-  else if constexpr (std::is_same_v<U, std::uint8_t>) return DataType::UInt8;
-  else if constexpr (std::is_same_v<U, std::int64_t>) return DataType::Int64;
-  else if constexpr (std::is_same_v<U, std::uint64_t>) return DataType::UInt64;
-  else static_assert(sizeof(T) == 0, "make_tensor<T>: no DataType for this element type");
+  if constexpr (std::is_same_v<U, float>)
+    return DataType::Float32;
+  else if constexpr (std::is_same_v<U, std::int32_t>)
+    return DataType::Int32;
+  else if constexpr (std::is_same_v<U, std::int16_t>)
+    return DataType::Int16;
+  else if constexpr (std::is_same_v<U, std::int8_t>)
+    return DataType::Int8;
+  else if constexpr (std::is_same_v<U, std::uint8_t>)
+    return DataType::UInt8;
+  else if constexpr (std::is_same_v<U, std::int64_t>)
+    return DataType::Int64;
+  else if constexpr (std::is_same_v<U, std::uint64_t>)
+    return DataType::UInt64;
+  else
+    static_assert(sizeof(T) == 0, "make_tensor<T>: no DataType for this element type");
 }
 }  // namespace detail
 
@@ -126,8 +136,7 @@ constexpr DataType data_type_of() noexcept {
 template <class T>
 ContinuousTensor make_tensor(std::span<T> data) {
   const std::uint32_t n = detail::checked_extent(data.size());
-  return make_tensor(const_cast<std::remove_cv_t<T>*>(data.data()), {n},
-                     detail::data_type_of<T>());
+  return make_tensor(const_cast<std::remove_cv_t<T>*>(data.data()), {n}, detail::data_type_of<T>());
 }
 
 }  // namespace simpler

@@ -8,13 +8,13 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
 #include <type_traits>
-#include <unistd.h>
 
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
@@ -125,7 +125,8 @@ class BasicWorker {
   void run(const OrchFunction& orch, const TaskArgs& args = {},
            const CallConfig& config = default_call_config()) {
     check_state(State::Ready, "run", "between init() and close()");
-    if (orch_->in_run()) throw UsageError("Worker::run: a run is already in progress (re-entrant run)");
+    if (orch_->in_run())
+      throw UsageError("Worker::run: a run is already in progress (re-entrant run)");
     if (!orch) throw UsageError("Worker::run: the orchestration function is empty");
     core_->run.begin(++run_id_);
     orch_->begin_run();
@@ -170,8 +171,9 @@ class BasicWorker {
     if (state_ == State::Closed) {
       throw UsageError(fmt::format("Worker::{}: the Worker is closed; create a new one", api));
     }
-    throw UsageError(fmt::format("Worker::{}: only valid {} (the Worker is {})", api, when,
-                                 state_ == State::New ? "not initialised yet" : "already initialised"));
+    throw UsageError(
+        fmt::format("Worker::{}: only valid {} (the Worker is {})", api, when,
+                    state_ == State::New ? "not initialised yet" : "already initialised"));
   }
   void check_can_register(const char* api) const {
     if (state_ == State::Closed) {

@@ -24,7 +24,10 @@ class WorkerThread : public detail::LaneCore {
   using leaf_type = L;
 
   WorkerThread(detail::EngineCore& core, detail::Role role, WorkerId id, std::string name, L leaf)
-      : LaneCore(role, id, std::move(name)), core_(core), leaf_(std::move(leaf)), endpoint_(leaf_) {}
+      : LaneCore(role, id, std::move(name)),
+        core_(core),
+        leaf_(std::move(leaf)),
+        endpoint_(leaf_) {}
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
   ~WorkerThread() { stop(); }
@@ -32,7 +35,9 @@ class WorkerThread : public detail::LaneCore {
   /// Starts the child (before any engine thread exists: a process transport forks here).
   void launch() { endpoint_.launch(); }
   /// Starts the lane thread.
-  void start() { thread_ = std::thread([this] { loop(); }); }
+  void start() {
+    thread_ = std::thread([this] { loop(); });
+  }
   /// Stops the thread (after its current task) and the child.
   void stop() noexcept {
     if (thread_.joinable()) {
@@ -94,7 +99,8 @@ class WorkerThread : public detail::LaneCore {
       s->state.store(SlotState::Running, std::memory_order_relaxed);
       run_task(*s, 0, local_);
       detail::Slot* next = complete_here(*s, local_);
-      if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1) core_.orch_wake.notify_all();
+      if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1)
+        core_.orch_wake.notify_all();
       s = next;
     }
   }

@@ -49,7 +49,8 @@ inline void dag_kernel(TaskArgsView v) {
   for (std::int32_t r = 0; r < n_reads; ++r) {
     const ContinuousTensor& in = v.tensor(t++);
     const auto* p = in.as<const std::int64_t>();
-    for (std::uint64_t j = 0; j < in.numel(); ++j) s = s * 1315423911ULL + static_cast<std::uint64_t>(p[j]);
+    for (std::uint64_t j = 0; j < in.numel(); ++j)
+      s = s * 1315423911ULL + static_cast<std::uint64_t>(p[j]);
   }
   if (has_const) s += static_cast<std::uint64_t>(v.tensor(t++).as<const std::int64_t>()[0]);
   if (acc != nullptr) {
@@ -65,7 +66,9 @@ inline DagProgram random_program(std::uint32_t seed, std::uint32_t tasks, std::u
   std::mt19937 rng(seed);
   DagProgram p;
   p.accums = accums;
-  auto pick = [&rng](std::uint32_t n) { return std::uniform_int_distribution<std::uint32_t>(0, n - 1)(rng); };
+  auto pick = [&rng](std::uint32_t n) {
+    return std::uniform_int_distribution<std::uint32_t>(0, n - 1)(rng);
+  };
   std::vector<bool> on_heap;  // value lives in the heap ring, not in the shared array
   for (std::uint32_t i = 0; i < tasks; ++i) {
     DagOp op;
@@ -82,7 +85,8 @@ inline DagProgram random_program(std::uint32_t seed, std::uint32_t tasks, std::u
       for (std::uint32_t r = 0; r < n_reads; ++r) {
         const std::uint32_t first = pick(existing);
         // Sometimes read two adjacent slices with one tensor: a view across two producers.
-        const bool wide = first + 1 < existing && !on_heap[first] && !on_heap[first + 1] && pick(2) == 0;
+        const bool wide =
+            first + 1 < existing && !on_heap[first] && !on_heap[first + 1] && pick(2) == 0;
         op.reads.push_back(first);
         op.spans.push_back(wide ? 2 : 1);
       }
@@ -146,7 +150,8 @@ inline TaskArgs dag_args(const DagProgram& p, DagState& st, std::size_t i, bool 
   for (std::size_t r = 0; r < op.reads.size(); ++r) {
     a.add_tensor(st.read_tensor(op.reads[r], op.spans[r]), TensorArgType::Input);
   }
-  if (op.read_const) a.add_tensor(make_tensor(&st.constant, {1}, DataType::Int64), TensorArgType::NoDep);
+  if (op.read_const)
+    a.add_tensor(make_tensor(&st.constant, {1}, DataType::Int64), TensorArgType::NoDep);
   a.add_scalar(i)
       .add_scalar(op.write >= 0 ? 1 : 0)
       .add_scalar(op.accum >= 0 ? 1 : 0)
@@ -187,13 +192,16 @@ std::vector<std::int64_t> run_engine(W& w, const CallableHandle& kernel, const C
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       SubmitResult r = o.submit_sub(kernel, dag_args(p, st, i, true));
       const DagOp& op = p.ops[i];
-      if (op.write >= 0 && op.write_auto) st.value_tensor[static_cast<std::size_t>(op.write)] = r.output(0);
+      if (op.write >= 0 && op.write_auto)
+        st.value_tensor[static_cast<std::size_t>(op.write)] = r.output(0);
     }
     TaskArgs a;
-    a.add_tensor(make_tensor(result.data(), {static_cast<std::uint32_t>(result.size())}, DataType::Int64),
-                 TensorArgType::OutputExisting);
+    a.add_tensor(
+        make_tensor(result.data(), {static_cast<std::uint32_t>(result.size())}, DataType::Int64),
+        TensorArgType::OutputExisting);
     for (const ContinuousTensor& t : st.value_tensor) a.add_tensor(t, TensorArgType::Input);
-    for (auto& acc : st.accums) a.add_tensor(make_tensor(&acc, {1}, DataType::Int64), TensorArgType::Input);
+    for (auto& acc : st.accums)
+      a.add_tensor(make_tensor(&acc, {1}, DataType::Int64), TensorArgType::Input);
     o.submit_sub(snap, std::move(a));
   });
   return result;

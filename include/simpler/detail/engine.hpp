@@ -64,8 +64,8 @@ struct LaneCore {
   };
   struct Result {
     Outcome outcome = Outcome::Success;
-    std::string message;   ///< failure text (buffer reused)
-    std::string callable;  ///< failing callable's name
+    std::string message;             ///< failure text (buffer reused)
+    std::string callable;            ///< failing callable's name
     bool completed_by_lane = false;  ///< the lane completed the task itself (singles)
   };
 
@@ -157,8 +157,8 @@ class CallableRegistry {
 /// Tunables shared by the engine's threads.
 struct EngineTiming {
   std::chrono::nanoseconds spin{std::chrono::microseconds(20)};  ///< spin before sleeping
-  std::chrono::milliseconds heap_wait{10'000};   ///< longest wait for heap ring space
-  std::chrono::milliseconds idle_tick{200};      ///< scheduler's liveness-check period
+  std::chrono::milliseconds heap_wait{10'000};  ///< longest wait for heap ring space
+  std::chrono::milliseconds idle_tick{200};     ///< scheduler's liveness-check period
 };
 
 /// Per-run state: the first error and the cancellation flag.

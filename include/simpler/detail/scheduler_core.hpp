@@ -38,7 +38,8 @@ class SchedulerCore {
   void dispatch(RoleQueues& q);
   bool skip_if_cancelled(Slot& s);
   void post(LaneCore& lane, Slot& s, std::uint32_t member);
-  /// Tasks a lane may hold from the shared queue before an idle lane would be better.
+  /// Tasks a lane may hold from the shared queue before an idle lane would be better (unless
+  /// the queue holds enough to keep every lane busy for a while).
   static constexpr std::uint32_t kAnyDepth = 2;
   [[nodiscard]] bool any_busy() const noexcept;
 

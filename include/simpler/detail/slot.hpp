@@ -76,11 +76,11 @@ struct Slot {
   std::uint64_t digest = 0;
   std::uint32_t run_id = 0;
   std::uint32_t group_size = 1;
-  SmallVec<WorkerId, 2> targets;           // per member; any_worker = scheduler picks
+  SmallVec<WorkerId, 2> targets;          // per member; any_worker = scheduler picks
   SmallVec<ContinuousTensor, 2> tensors;  // all members' tensors, concatenated
-  SmallVec<std::uint64_t, 2> scalars;      // all members' scalars, concatenated
-  SmallVec<MemberArgs, 1> members;         // group_size + 1 entries (last = end)
-  std::unique_ptr<CallConfig> config;      // kept across reuse; valid when has_config
+  SmallVec<std::uint64_t, 2> scalars;     // all members' scalars, concatenated
+  SmallVec<MemberArgs, 1> members;        // group_size + 1 entries (last = end)
+  std::unique_ptr<CallConfig> config;     // kept across reuse; valid when has_config
   bool has_config = false;
 
   // ---- dependency state, shared between threads.
@@ -100,11 +100,11 @@ struct Slot {
   std::atomic<SlotState> state{SlotState::Free};
 
   // ---- Orchestrator-private bookkeeping.
-  SmallVec<Edge, 2> edges;             // this task's edges as a consumer
-  SmallVec<TaskSlot, 2> producers;     // producers it holds a reference on
-  SmallVec<OutputRange, 2> outputs;    // TensorMap entries to erase at retire
-  std::int32_t heap_ring = -1;         // heap ring holding its auto-allocated bytes, or -1
-  std::uint64_t heap_seq = 0;          // allocation record in that ring
+  SmallVec<Edge, 2> edges;           // this task's edges as a consumer
+  SmallVec<TaskSlot, 2> producers;   // producers it holds a reference on
+  SmallVec<OutputRange, 2> outputs;  // TensorMap entries to erase at retire
+  std::int32_t heap_ring = -1;       // heap ring holding its auto-allocated bytes, or -1
+  std::uint64_t heap_seq = 0;        // allocation record in that ring
 
   // ---- Scheduler-private bookkeeping for groups.
   std::uint32_t members_done = 0;
@@ -151,8 +151,7 @@ class SlotPool {
  private:
   void add_chunk() {
     if (chunk_count_ == kMaxChunks) {
-      throw UsageError(
-          "too many live tasks (16M): close scopes so finished tasks can be consumed");
+      throw UsageError("too many live tasks (16M): close scopes so finished tasks can be consumed");
     }
     free_.reserve(static_cast<std::size_t>(chunk_count_ + 1) * kChunkSize);
     auto chunk = std::make_unique<Slot[]>(kChunkSize);

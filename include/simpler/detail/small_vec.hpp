@@ -78,14 +78,14 @@ class SmallVec {
   const T* ptr() const noexcept { return heap_ ? heap_ : reinterpret_cast<const T*>(inline_); }
   void grow(std::size_t n) {
     if (n < 2 * N) n = 2 * N;
-    T* fresh = static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T)}));
+    T* fresh = static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{alignof(T)}));
     if (size_ != 0) std::memcpy(fresh, ptr(), size_ * sizeof(T));
     release();
     heap_ = fresh;
     cap_ = n;
   }
   void release() noexcept {
-    if (heap_ != nullptr) ::operator delete(heap_, std::align_val_t{alignof(T)});
+    if (heap_ != nullptr) ::operator delete (heap_, std::align_val_t{alignof(T)});
     heap_ = nullptr;
     cap_ = N;
   }

@@ -23,9 +23,8 @@ class TensorMap {
   /// Calls f(producer) for every entry overlapping [begin, end), in address order.
   template <class F>
   void lookup(std::uint64_t space, std::uint64_t begin, std::uint64_t end, F&& f) const {
-    for (auto it = first_overlap(space, begin); it != map_.end() && it->first.space == space &&
-                                                it->first.begin < end;
-         ++it) {
+    for (auto it = first_overlap(space, begin);
+         it != map_.end() && it->first.space == space && it->first.begin < end; ++it) {
       f(it->second.producer);
     }
   }

@@ -12,7 +12,9 @@ namespace simpler {
 
 /// Runs one task; reports failure by throwing (the lane turns it into a TaskFailure outcome).
 template <class L>
-concept RunsTasks = requires(L& leaf, const LeafRequest& request) { leaf.run(request); };
+concept RunsTasks = requires(L& leaf, const LeafRequest& request) {
+  leaf.run(request);
+};
 
 /// Names the callable of a request, for error messages.
 template <class L>

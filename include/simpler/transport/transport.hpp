@@ -23,28 +23,33 @@ struct ProbeLeaf {
 
 /// Starts its child (fork, connect, or nothing) before any engine thread exists.
 template <class E>
-concept Launches = requires(E& e) { e.launch(); };
+concept Launches = requires(E& e) {
+  e.launch();
+};
 
 /// Runs one task to its end and says how it ended, filling `error` on failure. Never throws:
 /// every way a dispatch can end is an Outcome.
 template <class E>
 concept Executes = requires(E& e, const LeafRequest& request, std::string& error) {
-  { e.execute(request, error) } noexcept -> std::same_as<Outcome>;
+  { e.execute(request, error) }
+  noexcept->std::same_as<Outcome>;
 };
 
 /// Stops the child and releases what launch() took. Never throws.
 template <class E>
 concept ShutsDown = requires(E& e) {
-  { e.shutdown() } noexcept;
+  { e.shutdown() }
+  noexcept;
 };
 
 template <class E>
 concept Endpoint = Launches<E> && Executes<E> && ShutsDown<E>;
 
 template <class T>
-concept Transport = requires { typename T::template Endpoint<detail::ProbeLeaf>; } &&
-                    Endpoint<typename T::template Endpoint<detail::ProbeLeaf>> &&
-                    std::constructible_from<typename T::template Endpoint<detail::ProbeLeaf>,
-                                            detail::ProbeLeaf&>;
+concept Transport = requires {
+  typename T::template Endpoint<detail::ProbeLeaf>;
+}
+&&Endpoint<typename T::template Endpoint<detail::ProbeLeaf>>&&
+    std::constructible_from<typename T::template Endpoint<detail::ProbeLeaf>, detail::ProbeLeaf&>;
 
 }  // namespace simpler
