@@ -290,11 +290,13 @@ void Orchestrator::infer_and_wire(Slot& s) {
     Slot& p = core_.pool.at(pid);
     // Hold a reference on the producer while this task lives (keeps its heap bytes), unless it
     // already retired its last reference: then it has finished, and only its outcome matters.
-    std::int32_t r = p.refs.load(std::memory_order_relaxed);
+    // acquire: when this reads 0, the producer's `failed` (stored before its last release) is
+    // visible.
+    std::int32_t r = p.refs.load(std::memory_order_acquire);
     bool held = false;
     while (r > 0) {
       if (p.refs.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel,
-                                       std::memory_order_relaxed)) {
+                                       std::memory_order_acquire)) {
         held = true;
         break;
       }

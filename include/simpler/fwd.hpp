@@ -24,10 +24,8 @@ class Error;
 class UsageError;
 class TaskError;
 
-template <class L>
-concept RunsTasks = requires(L& leaf, const LeafRequest& request) {
-  leaf.run(request);
-};
+// Concepts cannot be forward-declared: Transport and its parts are in transport/transport.hpp,
+// Leaf and its parts in leaf/leaf.hpp.
 
 template <class... Lanes>
 class Scheduler;
