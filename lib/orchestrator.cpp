@@ -333,6 +333,15 @@ void Orchestrator::infer_and_wire(Slot& s) {
 }
 
 void Orchestrator::publish(Slot& s) {
+  // No edge was linked: no other thread knows this slot yet, so the wiring hold can be dropped
+  // without an atomic read-modify-write.
+  if (s.producers.empty()) {
+    s.pending.store(0, std::memory_order_relaxed);
+    s.state.store(SlotState::Ready, std::memory_order_relaxed);
+    core_.ready_inbox.push(&s);  // seq_cst: publishes the task data
+    core_.notify_scheduler();
+    return;
+  }
   s.state.store(SlotState::Pending, std::memory_order_relaxed);
   // Dropping the wiring hold: if every producer already finished, this makes the task ready.
   // acq_rel: acquire pairs with producers' decrements (their poison flags), release publishes

@@ -8,6 +8,7 @@ namespace simpler::detail {
 void SchedulerCore::prepare() {
   next_.lanes = &core_.next_level;
   sub_.lanes = &core_.subs;
+  touched_.reserve(core_.next_level.size() + core_.subs.size());
   for (RoleQueues* q : {&next_, &sub_}) {
     q->directed.clear();
     q->directed.resize(q->lanes->size());
@@ -136,10 +137,18 @@ bool SchedulerCore::skip_if_cancelled(Slot& s) {
 void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
   if (lane.inflight++ == 0) ++busy_lanes_;
   s.state.store(SlotState::Running, std::memory_order_relaxed);
-  const std::uint32_t at = lane.posted.load(std::memory_order_relaxed);
-  lane.ring[at % LaneCore::kDepth] = {s.id, member};
-  lane.posted.store(at + 1, std::memory_order_seq_cst);  // publishes the ring entry
-  lane.wake.notify_all();
+  if (lane.staged == lane.posted.load(std::memory_order_relaxed)) touched_.push_back(&lane);
+  lane.ring[lane.staged % LaneCore::kDepth] = {s.id, member};
+  ++lane.staged;
+}
+
+// One publication and one wake check per lane per dispatch pass, not per task.
+void SchedulerCore::publish_posts() {
+  for (LaneCore* l : touched_) {
+    l->posted.store(l->staged, std::memory_order_seq_cst);  // publishes the ring entries
+    l->wake.notify_all();
+  }
+  touched_.clear();
 }
 
 void SchedulerCore::dispatch(RoleQueues& q) {
@@ -208,6 +217,7 @@ void SchedulerCore::dispatch(RoleQueues& q) {
       }
     }
   }
+  publish_posts();
   drain_worklist();
 }
 

@@ -71,6 +71,7 @@ struct LaneCore {
 
   // ---- Scheduler-private.
   std::uint32_t inflight = 0;   ///< posted and not yet collected
+  std::uint32_t staged = 0;     ///< ring entries written; published to `posted` per dispatch pass
   std::uint32_t collected = 0;  ///< results taken so far
   bool reserved = false;
   std::uint32_t index = 0;  ///< position in the scheduler's lane table of this role

@@ -38,6 +38,7 @@ class SchedulerCore {
   void dispatch(RoleQueues& q);
   bool skip_if_cancelled(Slot& s);
   void post(LaneCore& lane, Slot& s, std::uint32_t member);
+  void publish_posts();
   /// Tasks a lane may hold from the shared queue before an idle lane would be better (unless
   /// the queue holds enough to keep every lane busy for a while).
   static constexpr std::uint32_t kAnyDepth = 2;
@@ -52,7 +53,8 @@ class SchedulerCore {
   };
   RingBuffer<Finished> worklist_;
   std::uint32_t busy_lanes_ = 0;
-  std::uint64_t routed_ = 0;  // bumped by route(); dispatch repeats while it moves
+  std::uint64_t routed_ = 0;
+  std::vector<LaneCore*> touched_;  // lanes with staged, unpublished posts  // bumped by route(); dispatch repeats while it moves
 };
 
 }  // namespace simpler::detail
