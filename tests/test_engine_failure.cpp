@@ -174,3 +174,17 @@ TEST_CASE("an exception from the orchestration function cancels unstarted tasks"
   });
   CHECK(ran == 20);
 }
+
+TEST_CASE("a callable throwing a non-std exception fails its task with a message",
+          "[engine][failure]") {
+  Worker w(thread_options(1));
+  auto odd = w.register_sub("throws_an_int", [](TaskArgsView) { throw 42; });
+  w.init();
+  try {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(odd); });
+    FAIL("run() did not throw");
+  } catch (const TaskError& e) {
+    CHECK(e.callable() == "throws_an_int");
+    CHECK(e.message() == "a non-std::exception was thrown");
+  }
+}

@@ -235,3 +235,52 @@ TEST_CASE("an idle initialised Worker has every thread asleep", "[engine][idle]"
   CHECK(asleep);
   CHECK(other_thread_states().size() >= 3);  // scheduler + 2 lanes
 }
+
+TEST_CASE("child memory is keyed per next-level worker", "[engine][scheduling][tensormap]") {
+  RecordLog log;
+  TestWorker w(thread_options(0));
+  auto hold = w.register_orch("hold", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  auto read = w.register_orch("read", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  w.add_next_level(RecordingLeaf(log, 0));
+  w.add_next_level(RecordingLeaf(log, 1));
+  w.init();
+  Gate gate;
+  log.on(hold.digest, [&](const LeafRequest&, int) { gate.wait(); });
+  // The same device address on two chips is two different buffers.
+  ContinuousTensor dev;
+  dev.data = 0x10000;
+  dev.ndims = 1;
+  dev.shapes[0] = 256;
+  dev.dtype = DataType::Float32;
+  dev.child_memory = 1;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_next_level(hold, TaskArgs().add_tensor(dev, TensorArgType::OutputExisting),
+                        default_call_config(), 0);
+    const auto other_chip =
+        o.submit_next_level(read, TaskArgs().add_tensor(dev), default_call_config(), 1);
+    const auto same_chip =
+        o.submit_next_level(read, TaskArgs().add_tensor(dev), default_call_config(), 0);
+    CHECK(o.state_of(same_chip.slot_id) == SlotState::Pending);
+    // The read on the other chip finishes while the write on chip 0 is still held.
+    CHECK(eventually([&] { return o.state_of(other_chip.slot_id) == SlotState::Completed; }));
+    gate.open();
+  });
+  CHECK(log.size() == 3);
+}
+
+TEST_CASE("a next-level group without named workers runs on distinct idle workers",
+          "[engine][scheduling][group]") {
+  RecordLog log;
+  TestWorker w(thread_options(0));
+  auto fn = w.register_orch("fn", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  for (int i = 0; i < 3; ++i) w.add_next_level(RecordingLeaf(log, i));
+  w.init();
+  Rendezvous all(3);
+  log.on(fn.digest, [&](const LeafRequest&, int) { all.arrive_and_wait(); });
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_next_level_group(fn, std::vector<TaskArgs>(3));
+  });
+  std::set<int> leaves;
+  for (const auto& r : log.entries()) leaves.insert(r.leaf);
+  CHECK(leaves == std::set<int>{0, 1, 2});
+}
