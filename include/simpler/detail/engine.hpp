@@ -93,34 +93,8 @@ struct LaneCore {
   LaneCore* next_done = nullptr;
 };
 
-/// A lock-free stack of finished lanes (each lane has at most one task in flight).
-class LaneStack {
- public:
-  void push(LaneCore* l) noexcept {
-    LaneCore* head = head_.load(std::memory_order_relaxed);
-    do {
-      l->next_done = head;
-    } while (!head_.compare_exchange_weak(head, l, std::memory_order_seq_cst,
-                                          std::memory_order_relaxed));
-  }
-  [[nodiscard]] bool empty() const noexcept {
-    return head_.load(std::memory_order_seq_cst) == nullptr;
-  }
-  LaneCore* take_fifo() noexcept {
-    LaneCore* l = head_.exchange(nullptr, std::memory_order_acquire);
-    LaneCore* out = nullptr;
-    while (l != nullptr) {
-      LaneCore* n = l->next_done;
-      l->next_done = out;
-      out = l;
-      l = n;
-    }
-    return out;
-  }
-
- private:
-  std::atomic<LaneCore*> head_{nullptr};
-};
+/// Lanes with results to collect (each lane is on it at most once: see LaneCore::queued).
+using LaneStack = IntrusiveStack<LaneCore, &LaneCore::next_done>;
 
 using SubFn = std::function<void(TaskArgsView)>;
 using OrchFn = std::function<void(Orchestrator&, TaskArgsView, const CallConfig&)>;

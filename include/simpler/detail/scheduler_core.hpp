@@ -54,7 +54,8 @@ class SchedulerCore {
   RingBuffer<Finished> worklist_;
   std::uint32_t busy_lanes_ = 0;
   std::uint64_t routed_ = 0;
-  std::vector<LaneCore*> touched_;  // lanes with staged, unpublished posts  // bumped by route(); dispatch repeats while it moves
+  std::vector<LaneCore*> touched_;  // lanes with staged, unpublished posts  // bumped by route();
+                                    // dispatch repeats while it moves
 };
 
 }  // namespace simpler::detail

@@ -16,6 +16,7 @@
 
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
+#include "simpler/detail/intrusive_stack.hpp"
 #include "simpler/detail/small_vec.hpp"
 #include "simpler/error.hpp"
 #include "simpler/types.hpp"
@@ -167,36 +168,8 @@ class SlotPool {
   std::vector<TaskSlot> free_;
 };
 
-/// A lock-free multi-producer stack of slots, drained all at once by one consumer. Push is a
-/// seq_cst CAS so that an EventCount notify after it cannot miss a sleeper (see event_count.hpp).
-class SlotStack {
- public:
-  void push(Slot* s) noexcept {
-    Slot* head = head_.load(std::memory_order_relaxed);
-    do {
-      s->next = head;
-    } while (!head_.compare_exchange_weak(head, s, std::memory_order_seq_cst,
-                                          std::memory_order_relaxed));
-  }
-  [[nodiscard]] bool empty() const noexcept {
-    return head_.load(std::memory_order_seq_cst) == nullptr;
-  }
-  /// Takes everything pushed so far, oldest first.
-  Slot* take_fifo() noexcept {
-    Slot* s = head_.exchange(nullptr, std::memory_order_acquire);
-    Slot* out = nullptr;
-    while (s != nullptr) {
-      Slot* n = s->next;
-      s->next = out;
-      out = s;
-      s = n;
-    }
-    return out;
-  }
-
- private:
-  std::atomic<Slot*> head_{nullptr};
-};
+/// Slots handed between threads (ready inbox, retire inbox).
+using SlotStack = IntrusiveStack<Slot, &Slot::next>;
 
 }  // namespace detail
 }  // namespace simpler

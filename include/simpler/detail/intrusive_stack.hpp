@@ -1,0 +1,42 @@
+// simpler::detail::IntrusiveStack — lock-free multi-producer stack, drained all at once by one
+// consumer. Nodes carry their own link (`Node* Node::*Next`), so pushing allocates nothing.
+//
+// Push is a seq_cst CAS so that an EventCount notify after it cannot miss a sleeper (see
+// event_count.hpp). No ABA: nodes are only pushed and taken all together, never popped singly.
+#pragma once
+
+#include <atomic>
+
+namespace simpler::detail {
+
+template <class Node, Node* Node::*Next>
+class IntrusiveStack {
+ public:
+  void push(Node* n) noexcept {
+    Node* head = head_.load(std::memory_order_relaxed);
+    do {
+      n->*Next = head;
+    } while (!head_.compare_exchange_weak(head, n, std::memory_order_seq_cst,
+                                          std::memory_order_relaxed));
+  }
+  [[nodiscard]] bool empty() const noexcept {
+    return head_.load(std::memory_order_seq_cst) == nullptr;
+  }
+  /// Takes everything pushed so far, oldest first, linked through Next.
+  Node* take_fifo() noexcept {
+    Node* n = head_.exchange(nullptr, std::memory_order_acquire);
+    Node* out = nullptr;
+    while (n != nullptr) {
+      Node* following = n->*Next;
+      n->*Next = out;
+      out = n;
+      n = following;
+    }
+    return out;
+  }
+
+ private:
+  std::atomic<Node*> head_{nullptr};
+};
+
+}  // namespace simpler::detail
