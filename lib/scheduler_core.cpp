@@ -128,6 +128,14 @@ void SchedulerCore::drain_worklist() {
   }
 }
 
+void SchedulerCore::fail_unplaceable(Slot& s, Role role) {
+  const char* what = role == Role::Sub ? "sub" : "next-level";
+  core_.fail_run(Outcome::EndpointFailure, fmt::format("{} workers", what),
+                 fmt::format("task {}", s.id),
+                 fmt::format("no {} worker is left alive to run it (their children died)", what));
+  worklist_.push_back({s.id, Outcome::EndpointFailure});
+}
+
 bool SchedulerCore::skip_if_cancelled(Slot& s) {
   if (!core_.run.cancelled()) return false;
   worklist_.push_back({s.id, Outcome::Skipped});
@@ -184,13 +192,23 @@ void SchedulerCore::dispatch(RoleQueues& q) {
       continue;
     }
     std::uint32_t idle = 0;
-    for (LaneCore* l : lanes) idle += (l->idle() && !l->reserved) ? 1U : 0U;
+    std::uint32_t live = 0;
+    for (LaneCore* l : lanes) {
+      const bool dead = l->dead.load(std::memory_order_relaxed);
+      live += dead ? 0U : 1U;
+      idle += (l->idle() && !l->reserved && !dead) ? 1U : 0U;
+    }
+    if (live < n) {  // can never run: too few workers left alive
+      q.groups.pop_front();
+      fail_unplaceable(s, lanes.front()->role);
+      continue;
+    }
     if (idle < n) break;
     q.groups.pop_front();
     std::uint32_t m = 0;
     for (LaneCore* l : lanes) {
       if (m == n) break;
-      if (l->idle() && !l->reserved) post(*l, s, m++);
+      if (l->idle() && !l->reserved && !l->dead.load(std::memory_order_relaxed)) post(*l, s, m++);
     }
   }
 
@@ -205,12 +223,16 @@ void SchedulerCore::dispatch(RoleQueues& q) {
       if (!skip_if_cancelled(s)) post(*l, s, 0);
     }
   }
+  bool any_live = false;
+  for (LaneCore* l : lanes) any_live = any_live || !l->dead.load(std::memory_order_relaxed);
+  while (!any_live && !q.any.empty())
+    fail_unplaceable(core_.pool.at(q.any.pop_front()), lanes.front()->role);
   // With a long shared queue every lane stays busy for a while anyway: prefetch deeper.
   const std::size_t backlog = q.any.size() / lanes.size();
   const std::uint32_t max_depth = backlog >= 4 * LaneCore::kDepth ? LaneCore::kDepth : kAnyDepth;
   for (std::uint32_t depth = 1; depth <= max_depth && !q.any.empty(); ++depth) {
     for (LaneCore* l : lanes) {
-      if (l->reserved) continue;
+      if (l->reserved || l->dead.load(std::memory_order_relaxed)) continue;
       while (l->inflight < depth && !q.any.empty()) {
         Slot& s = core_.pool.at(q.any.pop_front());
         if (!skip_if_cancelled(s)) post(*l, s, 0);

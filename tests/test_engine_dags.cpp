@@ -17,11 +17,12 @@ using namespace simpler::testing;
 namespace {
 
 struct DagFixture {
-  explicit DagFixture(int subs) : w(thread_options(subs)) {
+  explicit DagFixture(int subs) : w(thread_options(subs)) {  // arena is declared first
     kernel = w.register_sub("dag", dag_kernel);
     snap = w.register_sub("snapshot", dag_snapshot_kernel);
     w.init();
   }
+  SharedArena arena;  // before the Worker: mapped before it starts its children
   Worker w;
   CallableHandle kernel;
   CallableHandle snap;
@@ -53,7 +54,7 @@ TEST_CASE("a diamond gives the sequential result", "[engine][dag]") {
   DagFixture f(2);
   const auto p = fixed_program({op(0, {}), op(1, {0}), op(2, {0}, -1, true), op(3, {1, 2})}, 4, 0);
   const auto want = run_oracle(p);
-  for (int rep = 0; rep < 20; ++rep) REQUIRE(run_engine(f.w, f.kernel, f.snap, p) == want);
+  for (int rep = 0; rep < 20; ++rep) REQUIRE(run_engine(f.w, f.kernel, f.snap, p, f.arena) == want);
 }
 
 TEST_CASE("a chain of InOut tasks runs in submission order", "[engine][dag]") {
@@ -62,7 +63,7 @@ TEST_CASE("a chain of InOut tasks runs in submission order", "[engine][dag]") {
   p.accums = 1;
   for (int i = 0; i < 500; ++i) p.ops.push_back(op(-1, {}, 0));
   const auto want = run_oracle(p);
-  for (int rep = 0; rep < 5; ++rep) REQUIRE(run_engine(f.w, f.kernel, f.snap, p) == want);
+  for (int rep = 0; rep < 5; ++rep) REQUIRE(run_engine(f.w, f.kernel, f.snap, p, f.arena) == want);
 }
 
 TEST_CASE("fan-out then fan-in waits for every reader", "[engine][dag]") {
@@ -77,7 +78,7 @@ TEST_CASE("fan-out then fan-in waits for every reader", "[engine][dag]") {
   p.ops.push_back(op(201, all));
   p.values = 202;
   const auto want = run_oracle(p);
-  for (int rep = 0; rep < 5; ++rep) REQUIRE(run_engine(f.w, f.kernel, f.snap, p) == want);
+  for (int rep = 0; rep < 5; ++rep) REQUIRE(run_engine(f.w, f.kernel, f.snap, p, f.arena) == want);
 }
 
 TEST_CASE("random tagged DAGs match the sequential oracle every time", "[engine][dag][random]") {
@@ -88,7 +89,7 @@ TEST_CASE("random tagged DAGs match the sequential oracle every time", "[engine]
     const auto want = run_oracle(p);
     for (int rep = 0; rep < 3; ++rep) {
       INFO("seed " << seed << " rep " << rep << " subs " << subs);
-      REQUIRE(run_engine(f.w, f.kernel, f.snap, p) == want);
+      REQUIRE(run_engine(f.w, f.kernel, f.snap, p, f.arena) == want);
     }
   }
   REQUIRE(f.w.orchestrator().live_tasks() == 0);

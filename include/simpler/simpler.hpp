@@ -11,6 +11,7 @@
 #include "simpler/orchestrator.hpp"
 #include "simpler/scheduler.hpp"
 #include "simpler/task_args.hpp"
+#include "simpler/transport/fork_shm_transport.hpp"
 #include "simpler/transport/thread_transport.hpp"
 #include "simpler/transport/transport.hpp"
 #include "simpler/types.hpp"

@@ -25,6 +25,7 @@
 #include "simpler/orchestrator.hpp"
 #include "simpler/scheduler.hpp"
 #include "simpler/task_args.hpp"
+#include "simpler/transport/fork_shm_transport.hpp"
 #include "simpler/transport/thread_transport.hpp"
 #include "simpler/worker_thread.hpp"
 
@@ -34,16 +35,17 @@ namespace detail {
 /// A process-unique, non-zero token naming one Worker instance (for handle ownership checks).
 std::uint64_t next_worker_token() noexcept;
 
-template <class L, class... Lanes>
-struct LaneFor;  // the first lane type in Lanes whose leaf is L
-template <class L>
-struct LaneFor<L> {
+template <class T, class L, class... Lanes>
+struct LaneFor;  // the lane type in Lanes with transport T and leaf L, or void
+template <class T, class L>
+struct LaneFor<T, L> {
   using type = void;
 };
-template <class L, class First, class... Rest>
-struct LaneFor<L, First, Rest...> {
-  using type = std::conditional_t<std::is_same_v<typename First::leaf_type, L>, First,
-                                  typename LaneFor<L, Rest...>::type>;
+template <class T, class L, class First, class... Rest>
+struct LaneFor<T, L, First, Rest...> {
+  using type = std::conditional_t<std::is_same_v<typename First::leaf_type, L> &&
+                                      std::is_same_v<typename First::transport_type, T>,
+                                  First, typename LaneFor<T, L, Rest...>::type>;
 };
 }  // namespace detail
 
@@ -60,11 +62,6 @@ class BasicWorker {
     if (options_.num_sub_workers < 0) {
       throw UsageError(fmt::format("WorkerOptions::num_sub_workers is {}; it must be >= 0",
                                    options_.num_sub_workers));
-    }
-    if (options_.child_mode == ChildMode::Process) {
-      throw UsageError(
-          "WorkerOptions::child_mode = Process needs ForkShmTransport, which this build does not "
-          "have yet; use ChildMode::Thread");
     }
     if (!options_.device_ids.empty()) {
       throw UsageError("WorkerOptions::device_ids: chip children are not available in this build");
@@ -91,29 +88,24 @@ class BasicWorker {
     return registry_.add(CallableKind::Orch, std::move(name), {}, std::move(fn));
   }
 
-  /// Adds an in-process next-level child running `leaf`. Before init() only.
+  /// Adds a next-level child running `leaf`, in this process or in a forked child according to
+  /// WorkerOptions::child_mode. Before init() only.
   template <Leaf L>
   WorkerId add_next_level(L leaf, std::string name = {}) {
-    using Lane = typename detail::LaneFor<L, Lanes...>::type;
-    static_assert(!std::is_void_v<Lane>, "no lane type in this Worker runs this leaf type");
     check_state(State::New, "add_next_level", "before init()");
     const auto id = static_cast<WorkerId>(core_->next_level.size());
     if (name.empty()) name = fmt::format("next-level worker {}", id);
-    sched_->template add<Lane>(detail::Role::NextLevel, std::move(name), std::move(leaf));
+    add_lane<L>(detail::Role::NextLevel, std::move(name), std::move(leaf));
     return id;
   }
 
-  /// Starts the children and the engine threads. Throws UsageError when called twice.
+  /// Starts the children (forked first, when child_mode is Process) and then the engine threads.
+  /// Throws UsageError when called twice; a child that fails to start makes init() throw and
+  /// leaves no child behind.
   void init() {
     check_state(State::New, "init", "once, on a new Worker");
-    using SubLane = typename detail::LaneFor<SubWorker, Lanes...>::type;
-    if constexpr (!std::is_void_v<SubLane>) {
-      for (int i = 0; i < options_.num_sub_workers; ++i) {
-        sched_->template add<SubLane>(detail::Role::Sub, fmt::format("sub worker {}", i),
-                                      SubWorker(registry_));
-      }
-    } else if (options_.num_sub_workers > 0) {
-      throw UsageError("this Worker's lane set has no SubWorker lane; num_sub_workers must be 0");
+    for (int i = 0; i < options_.num_sub_workers; ++i) {
+      add_lane<SubWorker>(detail::Role::Sub, fmt::format("sub worker {}", i), SubWorker(registry_));
     }
     sched_->start();
     state_ = State::Ready;
@@ -175,7 +167,39 @@ class BasicWorker {
         fmt::format("Worker::{}: only valid {} (the Worker is {})", api, when,
                     state_ == State::New ? "not initialised yet" : "already initialised"));
   }
+  template <class L>
+  void add_lane(detail::Role role, std::string name, L leaf) {
+    using ThreadLane = typename detail::LaneFor<ThreadTransport, L, Lanes...>::type;
+    using ProcessLane = typename detail::LaneFor<ForkShmTransport, L, Lanes...>::type;
+    static_assert(!std::is_void_v<ThreadLane> || !std::is_void_v<ProcessLane>,
+                  "no lane type in this Worker runs this leaf type");
+    if (options_.child_mode == ChildMode::Process) {
+      if constexpr (!std::is_void_v<ProcessLane>) {
+        sched_->template add<ProcessLane>(role, std::move(name), std::move(leaf));
+        has_process_children_ = true;
+        return;
+      } else {
+        throw UsageError(
+            "WorkerOptions::child_mode is Process but this Worker's lane set has no "
+            "ForkShmTransport lane for this leaf; use ChildMode::Thread");
+      }
+    }
+    if constexpr (!std::is_void_v<ThreadLane>) {
+      sched_->template add<ThreadLane>(role, std::move(name), std::move(leaf));
+    } else {
+      throw UsageError(
+          "WorkerOptions::child_mode is Thread but this Worker's lane set has no "
+          "ThreadTransport lane for this leaf; use ChildMode::Process");
+    }
+  }
+
   void check_can_register(const char* api) const {
+    if (state_ == State::Ready && has_process_children_) {
+      throw UsageError(fmt::format(
+          "Worker::{}: this Worker's children are forked processes that were started by init(); "
+          "register every callable before init()",
+          api));
+    }
     if (state_ == State::Closed) {
       throw UsageError(fmt::format("Worker::{}: the Worker is closed", api));
     }
@@ -196,10 +220,13 @@ class BasicWorker {
   std::unique_ptr<Scheduler<Lanes...>> sched_;
   State state_ = State::New;
   std::uint32_t run_id_ = 0;
+  bool has_process_children_ = false;
 };
 
-/// The default lane set: host sub workers in this process.
+/// Host sub workers in this process, and in forked children.
 using SubLane = WorkerThread<ThreadTransport, SubWorker>;
-using Worker = BasicWorker<SubLane>;
+using ProcessSubLane = WorkerThread<ForkShmTransport, SubWorker>;
+/// The default lane set: sub workers on either transport, chosen by WorkerOptions::child_mode.
+using Worker = BasicWorker<SubLane, ProcessSubLane>;
 
 }  // namespace simpler

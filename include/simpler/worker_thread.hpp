@@ -52,6 +52,8 @@ class WorkerThread : public detail::LaneCore {
   }
 
   [[nodiscard]] L& leaf() noexcept { return leaf_; }
+  /// The transport endpoint (for diagnostics and tests: a child's pid, its death).
+  [[nodiscard]] const auto& endpoint() const noexcept { return endpoint_; }
 
  private:
   void loop() noexcept {
@@ -148,6 +150,11 @@ class WorkerThread : public detail::LaneCore {
     r.args.scalars = s.scalars.data() + a.scalar_begin;
     r.config = s.has_config ? s.config.get() : &default_call_config();
     out.outcome = endpoint_.execute(r, out.message);
+    if constexpr (requires { endpoint_.alive(); }) {
+      if (out.outcome == Outcome::EndpointFailure && !endpoint_.alive()) {
+        dead.store(true, std::memory_order_relaxed);
+      }
+    }
     if (out.outcome != Outcome::Success) {
       try {
         out.callable = leaf_.callable_name(r);

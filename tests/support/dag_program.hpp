@@ -15,6 +15,8 @@
 
 #include <simpler/simpler.hpp>
 
+#include "support/shared_arena.hpp"
+
 namespace simpler::testing {
 
 inline constexpr std::uint32_t kValueElems = 8;
@@ -98,17 +100,21 @@ inline DagProgram random_program(std::uint32_t seed, std::uint32_t tasks, std::u
 }
 
 /// Memory for one execution of a program: value slices in one array (or heap tensors), the
-/// accumulators and the constant.
+/// accumulators and the constant. All in shared memory, so forked sub workers can run it too.
 struct DagState {
-  std::vector<std::int64_t> slices;  // values * kValueElems
-  std::vector<std::int64_t> accums;
+  SharedArena& arena;
+  std::span<std::int64_t> slices;  // values * kValueElems
+  std::span<std::int64_t> accums;
   std::vector<ContinuousTensor> value_tensor;  // where each value lives
-  std::int64_t constant = 12345;
+  std::int64_t& constant;
 
-  explicit DagState(const DagProgram& p)
-      : slices(static_cast<std::size_t>(p.values) * kValueElems, -1),
-        accums(p.accums, 7),
-        value_tensor(p.values) {
+  /// Takes its memory from `a`, which must have been mapped before the Worker forked.
+  DagState(const DagProgram& p, SharedArena& a)
+      : arena((a.reset(), a)),
+        slices(arena.make<std::int64_t>(static_cast<std::size_t>(p.values) * kValueElems + 1, -1)),
+        accums(arena.make<std::int64_t>(p.accums + 1, 7)),
+        value_tensor(p.values),
+        constant(arena.one<std::int64_t>(12345)) {
     for (std::uint32_t v = 0; v < p.values; ++v) value_tensor[v] = slice(v, 1);
   }
   ContinuousTensor slice(std::int64_t first, std::uint32_t count) {
@@ -125,7 +131,7 @@ struct DagState {
       const auto* p = t.as<const std::int64_t>();
       out.insert(out.end(), p, p + kValueElems);
     }
-    out.insert(out.end(), accums.begin(), accums.end());
+    out.insert(out.end(), accums.begin(), accums.end() - 1);
     return out;
   }
 };
@@ -162,7 +168,8 @@ inline TaskArgs dag_args(const DagProgram& p, DagState& st, std::size_t i, bool 
 
 /// The sequential oracle.
 inline std::vector<std::int64_t> run_oracle(const DagProgram& p) {
-  DagState st(p);
+  SharedArena arena;
+  DagState st(p, arena);
   for (std::size_t i = 0; i < p.ops.size(); ++i) dag_kernel(dag_args(p, st, i, false).view());
   return st.snapshot();
 }
@@ -183,11 +190,13 @@ inline void dag_snapshot_kernel(TaskArgsView v) {
 
 /// Runs `p` through `w` (with `kernel` = dag_kernel and `snap` = dag_snapshot_kernel registered
 /// as sub callables) and returns the final state, read by a last task inside the run.
+/// `arena` must have been mapped before w.init() when w's sub workers are forked processes.
 template <class W>
 std::vector<std::int64_t> run_engine(W& w, const CallableHandle& kernel, const CallableHandle& snap,
-                                     const DagProgram& p) {
-  DagState st(p);
-  std::vector<std::int64_t> result(static_cast<std::size_t>(p.values) * kValueElems + p.accums, -2);
+                                     const DagProgram& p, SharedArena& arena) {
+  DagState st(p, arena);
+  const std::size_t n = static_cast<std::size_t>(p.values) * kValueElems + p.accums;
+  std::span<std::int64_t> result = st.arena.make<std::int64_t>(n, -2);
   w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       SubmitResult r = o.submit_sub(kernel, dag_args(p, st, i, true));
@@ -200,11 +209,12 @@ std::vector<std::int64_t> run_engine(W& w, const CallableHandle& kernel, const C
         make_tensor(result.data(), {static_cast<std::uint32_t>(result.size())}, DataType::Int64),
         TensorArgType::OutputExisting);
     for (const ContinuousTensor& t : st.value_tensor) a.add_tensor(t, TensorArgType::Input);
-    for (auto& acc : st.accums)
-      a.add_tensor(make_tensor(&acc, {1}, DataType::Int64), TensorArgType::Input);
+    for (std::uint32_t i = 0; i < p.accums; ++i) {
+      a.add_tensor(make_tensor(&st.accums[i], {1}, DataType::Int64), TensorArgType::Input);
+    }
     o.submit_sub(snap, std::move(a));
   });
-  return result;
+  return {result.begin(), result.end()};
 }
 
 }  // namespace simpler::testing

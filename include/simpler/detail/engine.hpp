@@ -81,6 +81,9 @@ struct LaneCore {
   std::array<Posted, kDepth> ring{};
   std::atomic<std::uint32_t> posted{0};
   std::atomic<bool> stopping{false};
+  /// Set by the lane when its child is gone for good; the scheduler then stops giving it shared
+  /// work (tasks directed at it still go there and fail at once).
+  std::atomic<bool> dead{false};
   EventCount wake;
 
   // ---- Lane -> scheduler: results[i % kDepth] is written, then `completed` (seq_cst) publishes

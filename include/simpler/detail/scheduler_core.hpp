@@ -37,6 +37,7 @@ class SchedulerCore {
   void drain_worklist();
   void dispatch(RoleQueues& q);
   bool skip_if_cancelled(Slot& s);
+  void fail_unplaceable(Slot& s, Role role);
   void post(LaneCore& lane, Slot& s, std::uint32_t member);
   void publish_posts();
   /// Tasks a lane may hold from the shared queue before an idle lane would be better (unless

@@ -1,0 +1,227 @@
+// simpler — ForkShmTransport: the leaf runs in a forked child, reached through a shared-memory
+// mailbox (detail::Mailbox).
+//
+// launch() maps the mailbox and forks; it must run before any engine thread exists (the
+// Scheduler launches every lane before it starts a thread). The child dies with its parent
+// (PR_SET_PDEATHSIG plus a parent check whenever it idles), runs one task at a time, and never
+// returns into the parent's stack: it always ends with _exit. Both sides spin briefly and then
+// sleep on a futex in the mailbox, so an idle child and an idle lane use no CPU. While a task
+// runs the lane checks every 10 ms that the child is alive: a dead child ends the task with an
+// EndpointFailure naming the child and its signal, and every later task on this lane fails the
+// same way (the scheduler stops giving it shared work).
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <optional>
+#include <span>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "simpler/args_blob.hpp"
+#include "simpler/detail/mailbox.hpp"
+#include "simpler/detail/process.hpp"
+#include "simpler/error.hpp"
+#include "simpler/transport/transport.hpp"
+
+namespace simpler {
+
+struct ForkShmTransport {
+  static constexpr std::chrono::milliseconds kLivenessTick{10};
+  static constexpr std::chrono::milliseconds kStartDeadline{10'000};
+  static constexpr std::chrono::milliseconds kShutdownGrace{5'000};
+  static constexpr std::chrono::microseconds kSpin{20};
+
+  template <class L>
+  class Endpoint {
+   public:
+    explicit Endpoint(L& leaf) noexcept : leaf_(&leaf) {}
+    Endpoint(const Endpoint&) = delete;
+    Endpoint& operator=(const Endpoint&) = delete;
+    ~Endpoint() { shutdown(); }
+
+    /// Maps the mailbox, forks the child and waits until it reports ready. Throws
+    /// TransportError (leaving no child and no mapping behind) when the child cannot start.
+    void launch() {
+      void* p = ::mmap(nullptr, detail::kMailboxBytes, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) detail::throw_errno("ForkShmTransport: mmap of the mailbox");
+      base_ = static_cast<std::byte*>(p);
+      box_ = new (base_) detail::MailboxHeader();
+      const pid_t parent = ::getpid();
+      const pid_t pid = ::fork();
+      if (pid < 0) {
+        const int err = errno;
+        release_mapping();
+        throw SystemError("ForkShmTransport: fork", err);
+      }
+      if (pid == 0) child_main(parent);  // never returns
+      pid_ = pid;
+      const auto deadline = std::chrono::steady_clock::now() + kStartDeadline;
+      for (;;) {
+        const auto s = box_->state.load(std::memory_order_seq_cst);
+        if (s == detail::MailboxState::Ready) return;
+        if (auto how = detail::poll_exit(pid_)) {
+          pid_ = -1;
+          release_mapping();
+          throw TransportError(fmt::format("ForkShmTransport: the child {} during start-up", *how));
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+          detail::reap(pid_, std::chrono::milliseconds(0));
+          pid_ = -1;
+          release_mapping();
+          throw TransportError("ForkShmTransport: the child did not report ready within 10 s");
+        }
+        box_->to_parent.await(
+            [this] {
+              return box_->state.load(std::memory_order_seq_cst) != detail::MailboxState::Starting;
+            },
+            kSpin, std::chrono::steady_clock::now() + kLivenessTick);
+      }
+    }
+
+    Outcome execute(const LeafRequest& r, std::string& error) noexcept {
+      if (pid_ < 0) {
+        set(error, fmt::format("its child process is gone ({})", death_));
+        return Outcome::EndpointFailure;
+      }
+      const std::size_t need = args_blob_size(r.args);
+      if (need > detail::kMailboxBlobCapacity) {
+        set(error, fmt::format("args blob of {} bytes exceeds the mailbox capacity of {} bytes "
+                               "({} tensors, {} scalars); pass fewer arguments",
+                               need, detail::kMailboxBlobCapacity, r.args.tensor_count,
+                               r.args.scalar_count));
+        return Outcome::TaskFailure;  // nothing was sent: the lane stays usable
+      }
+      box_->digest = r.digest;
+      box_->index_hint = r.index_hint;
+      box_->config = *r.config;
+      box_->blob_bytes = static_cast<std::uint32_t>(need);
+      encode_args_blob(r.args, std::span<std::byte>(base_ + detail::kMailboxBlobOffset, need));
+      box_->state.store(detail::MailboxState::TaskReady, std::memory_order_seq_cst);
+      box_->to_child.notify_all();
+      for (;;) {
+        const bool done = box_->to_parent.await(
+            [this] {
+              return box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::TaskDone;
+            },
+            kSpin, std::chrono::steady_clock::now() + kLivenessTick);
+        if (done) break;
+        if (auto how = detail::poll_exit(pid_)) {
+          pid_ = -1;
+          death_ = *how;
+          set(error, fmt::format("its child process {} while running the task", death_));
+          return Outcome::EndpointFailure;
+        }
+      }
+      const bool ok = box_->error == 0;
+      if (!ok)
+        set(error, std::string(box_->message, ::strnlen(box_->message, sizeof(box_->message))));
+      box_->state.store(detail::MailboxState::Ready, std::memory_order_relaxed);
+      return ok ? Outcome::Success : Outcome::TaskFailure;
+    }
+
+    /// Asks the child to exit, reaps it (SIGKILL after a grace period) and unmaps the mailbox.
+    void shutdown() noexcept {
+      if (pid_ > 0) {
+        box_->state.store(detail::MailboxState::Shutdown, std::memory_order_seq_cst);
+        box_->to_child.notify_all();
+        const auto r = detail::reap(pid_, kShutdownGrace);
+        if (!r.clean) death_ = r.how;
+        pid_ = -1;
+      }
+      release_mapping();
+    }
+
+    [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+    [[nodiscard]] bool alive() const noexcept { return pid_ > 0; }
+    /// How the child ended, when it ended abnormally; empty otherwise.
+    [[nodiscard]] const std::string& death() const noexcept { return death_; }
+
+   private:
+    [[noreturn]] void child_main(pid_t parent) noexcept {
+      detail::become_child_of(parent);
+      box_->state.store(detail::MailboxState::Ready, std::memory_order_seq_cst);
+      box_->to_parent.notify_all();
+      for (;;) {
+        const bool got = box_->to_child.await(
+            [this] {
+              const auto s = box_->state.load(std::memory_order_seq_cst);
+              return s == detail::MailboxState::TaskReady || s == detail::MailboxState::Shutdown;
+            },
+            kSpin, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+        if (!got) {
+          if (!detail::parent_alive(parent)) ::_exit(2);
+          continue;
+        }
+        if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::Shutdown)
+          ::_exit(0);
+        run_one();
+        box_->state.store(detail::MailboxState::TaskDone, std::memory_order_seq_cst);
+        box_->to_parent.notify_all();
+      }
+    }
+
+    void run_one() noexcept {
+      box_->error = 0;
+      try {
+        if (box_->blob_bytes > detail::kMailboxBlobCapacity) {
+          throw TransportError(
+              fmt::format("mailbox frame claims a {}-byte blob; the capacity is {}",
+                          box_->blob_bytes, detail::kMailboxBlobCapacity));
+        }
+        LeafRequest r;
+        r.digest = box_->digest;
+        r.index_hint = box_->index_hint;
+        r.config = &box_->config;
+        r.args = decode_args_blob(
+            std::span<const std::byte>(base_ + detail::kMailboxBlobOffset, box_->blob_bytes));
+        leaf_->run(r);
+        return;
+      } catch (const std::exception& e) {
+        write_error(e.what());
+      } catch (...) {
+        write_error("a non-std::exception was thrown");
+      }
+    }
+
+    void write_error(const char* what) noexcept {
+      box_->error = 1;
+      std::strncpy(box_->message, what, sizeof(box_->message) - 1);
+      box_->message[sizeof(box_->message) - 1] = '\0';
+    }
+
+    static void set(std::string& out, std::string text) noexcept {
+      try {
+        out = std::move(text);
+      } catch (...) {
+        out.clear();
+      }
+    }
+
+    void release_mapping() noexcept {
+      if (base_ != nullptr) {
+        box_->~MailboxHeader();
+        ::munmap(base_, detail::kMailboxBytes);
+      }
+      base_ = nullptr;
+      box_ = nullptr;
+    }
+
+    L* leaf_;
+    std::byte* base_ = nullptr;
+    detail::MailboxHeader* box_ = nullptr;
+    pid_t pid_ = -1;
+    std::string death_;
+  };
+};
+
+static_assert(Transport<ForkShmTransport>);
+
+}  // namespace simpler
