@@ -6,6 +6,7 @@
 #include "simpler/callable.hpp"
 #include "simpler/error.hpp"
 #include "simpler/leaf/leaf.hpp"
+#include "simpler/leaf/nested_worker.hpp"
 #include "simpler/leaf/sub_worker.hpp"
 #include "simpler/options.hpp"
 #include "simpler/orchestrator.hpp"

@@ -10,16 +10,19 @@
 
 #include <unistd.h>
 #include <atomic>
+#include <concepts>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
 #include "simpler/detail/engine.hpp"
 #include "simpler/error.hpp"
+#include "simpler/leaf/nested_worker.hpp"
 #include "simpler/leaf/sub_worker.hpp"
 #include "simpler/options.hpp"
 #include "simpler/orchestrator.hpp"
@@ -57,7 +60,7 @@ class BasicWorker {
 
   explicit BasicWorker(WorkerOptions options)
       : options_(std::move(options)),
-        registry_(detail::next_worker_token()),
+        registry_(std::make_unique<detail::CallableRegistry>(detail::next_worker_token())),
         core_(std::make_unique<detail::EngineCore>()) {
     if (options_.num_sub_workers < 0) {
       throw UsageError(fmt::format("WorkerOptions::num_sub_workers is {}; it must be >= 0",
@@ -69,23 +72,34 @@ class BasicWorker {
     core_->level = options_.level;
     core_->timing.spin = options_.spin;
     core_->timing.heap_wait = options_.heap_wait;
-    orch_ = std::make_unique<Orchestrator>(*core_, registry_, options_.heap_ring_size);
+    orch_ = std::make_unique<Orchestrator>(*core_, *registry_, options_.heap_ring_size);
     sched_ = std::make_unique<Scheduler<Lanes...>>(*core_);
   }
   BasicWorker(const BasicWorker&) = delete;
   BasicWorker& operator=(const BasicWorker&) = delete;
+  /// Moves a Worker that was not initialised yet (to hand it to add_worker).
+  BasicWorker(BasicWorker&& o) noexcept
+      : options_(std::move(o.options_)),
+        registry_(std::move(o.registry_)),
+        core_(std::move(o.core_)),
+        orch_(std::move(o.orch_)),
+        sched_(std::move(o.sched_)),
+        state_(std::exchange(o.state_, State::Closed)),
+        run_id_(o.run_id_),
+        has_process_children_(o.has_process_children_) {}
+  BasicWorker& operator=(BasicWorker&&) = delete;
   ~BasicWorker() { shutdown(); }
 
   /// Registers a host function for sub workers. Throws UsageError for a duplicate name or
   /// during a run.
   CallableHandle register_sub(std::string name, SubFunction fn) {
     check_can_register("register_sub");
-    return registry_.add(CallableKind::Sub, std::move(name), std::move(fn), {});
+    return registry_->add(CallableKind::Sub, std::move(name), std::move(fn), {});
   }
   /// Registers an orchestration function for next-level workers (nested Workers).
   CallableHandle register_orch(std::string name, OrchFunction fn) {
     check_can_register("register_orch");
-    return registry_.add(CallableKind::Orch, std::move(name), {}, std::move(fn));
+    return registry_->add(CallableKind::Orch, std::move(name), {}, std::move(fn));
   }
 
   /// Adds a next-level child running `leaf`, in this process or in a forked child according to
@@ -99,13 +113,35 @@ class BasicWorker {
     return id;
   }
 
+  /// Adds a Worker as a next-level child (L4 over L3s, L5 over L4s, ...). The child must not be
+  /// initialised: this Worker initialises it at init(), in the child process when child_mode is
+  /// Process. Tasks submitted to it name orchestration functions registered on THIS Worker.
+  template <class W>
+  requires std::derived_from<std::remove_cvref_t<W>, BasicWorker> WorkerId
+  add_worker(W&& child, std::string name = {}) {
+    using Child = std::remove_cvref_t<W>;
+    check_state(State::New, "add_worker", "before init()");
+    if (!child.is_new()) {
+      throw UsageError(
+          "Worker::add_worker: the child Worker was already initialised (or closed); hand it over "
+          "before calling init() on it");
+    }
+    const auto id = static_cast<WorkerId>(core_->next_level.size());
+    if (name.empty()) name = fmt::format("next-level worker {} (L{})", id, child.level());
+    add_lane<NestedWorker<Child>>(
+        detail::Role::NextLevel, std::move(name),
+        NestedWorker<Child>(std::make_unique<Child>(std::move(child)), *registry_));
+    return id;
+  }
+
   /// Starts the children (forked first, when child_mode is Process) and then the engine threads.
   /// Throws UsageError when called twice; a child that fails to start makes init() throw and
   /// leaves no child behind.
   void init() {
     check_state(State::New, "init", "once, on a new Worker");
     for (int i = 0; i < options_.num_sub_workers; ++i) {
-      add_lane<SubWorker>(detail::Role::Sub, fmt::format("sub worker {}", i), SubWorker(registry_));
+      add_lane<SubWorker>(detail::Role::Sub, fmt::format("sub worker {}", i),
+                          SubWorker(*registry_));
     }
     sched_->start();
     state_ = State::Ready;
@@ -116,6 +152,11 @@ class BasicWorker {
   /// callable and message) or the exception `orch` threw; either way the Worker stays usable.
   void run(const OrchFunction& orch, const TaskArgs& args = {},
            const CallConfig& config = default_call_config()) {
+    run_view(orch, args.view(), config);
+  }
+
+  /// run() over arguments that are already a view (what a nested Worker receives).
+  void run_view(const OrchFunction& orch, TaskArgsView args, const CallConfig& config) {
     check_state(State::Ready, "run", "between init() and close()");
     if (orch_->in_run())
       throw UsageError("Worker::run: a run is already in progress (re-entrant run)");
@@ -124,7 +165,7 @@ class BasicWorker {
     orch_->begin_run();
     std::exception_ptr thrown;
     try {
-      orch(*orch_, args.view(), config);
+      orch(*orch_, args, config);
     } catch (...) {
       thrown = std::current_exception();
       // Tasks not yet dispatched are skipped; the ones running finish.
@@ -143,11 +184,15 @@ class BasicWorker {
 
   /// Stops the engine threads and children. Idempotent; also done by the destructor.
   void close() {
-    if (orch_->in_run()) throw UsageError("Worker::close: cannot close from inside a run");
+    if (orch_ && orch_->in_run()) throw UsageError("Worker::close: cannot close from inside a run");
     shutdown();
   }
+  /// close() for teardown paths: never throws.
+  void shutdown_quietly() noexcept { shutdown(); }
 
   [[nodiscard]] const WorkerOptions& options() const noexcept { return options_; }
+  /// True until init() (or close()) is called.
+  [[nodiscard]] bool is_new() const noexcept { return state_ == State::New; }
   [[nodiscard]] int level() const noexcept { return options_.level; }
   [[nodiscard]] std::size_t next_level_count() const noexcept { return core_->next_level.size(); }
   [[nodiscard]] std::size_t sub_count() const noexcept { return core_->subs.size(); }
@@ -193,6 +238,9 @@ class BasicWorker {
     }
   }
 
+  template <class... Other>
+  friend class BasicWorker;
+
   void check_can_register(const char* api) const {
     if (state_ == State::Ready && has_process_children_) {
       throw UsageError(fmt::format(
@@ -209,12 +257,12 @@ class BasicWorker {
   }
   void shutdown() noexcept {
     if (state_ == State::Closed) return;
-    sched_->stop();
+    if (sched_) sched_->stop();
     state_ = State::Closed;
   }
 
   WorkerOptions options_;
-  detail::CallableRegistry registry_;
+  std::unique_ptr<detail::CallableRegistry> registry_;  // by pointer: stable across moves
   std::unique_ptr<detail::EngineCore> core_;
   std::unique_ptr<Orchestrator> orch_;
   std::unique_ptr<Scheduler<Lanes...>> sched_;
@@ -223,10 +271,21 @@ class BasicWorker {
   bool has_process_children_ = false;
 };
 
+class Worker;
+
 /// Host sub workers in this process, and in forked children.
 using SubLane = WorkerThread<ThreadTransport, SubWorker>;
 using ProcessSubLane = WorkerThread<ForkShmTransport, SubWorker>;
-/// The default lane set: sub workers on either transport, chosen by WorkerOptions::child_mode.
-using Worker = BasicWorker<SubLane, ProcessSubLane>;
+/// Nested Workers (the next level down), in this process or in forked children.
+using NestedLane = WorkerThread<ThreadTransport, NestedWorker<Worker>>;
+using ProcessNestedLane = WorkerThread<ForkShmTransport, NestedWorker<Worker>>;
+
+/// The default Worker: sub workers and nested Workers on either transport, chosen by
+/// WorkerOptions::child_mode. A class (not an alias) so NestedWorker<Worker> can name it.
+class Worker : public BasicWorker<SubLane, ProcessSubLane, NestedLane, ProcessNestedLane> {
+ public:
+  using BasicWorker::BasicWorker;
+  Worker(Worker&&) noexcept = default;
+};
 
 }  // namespace simpler

@@ -34,7 +34,7 @@ struct MailboxHeader {
   std::uint32_t index_hint = 0;
   std::uint32_t blob_bytes = 0;
   CallConfig config;
-  char message[256] = {};
+  char message[1024] = {};  ///< NUL-terminated failure text (context of every level below)
 };
 
 inline constexpr std::size_t kMailboxBytes = std::size_t{64} << 10;

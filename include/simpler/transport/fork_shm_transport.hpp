@@ -67,6 +67,13 @@ struct ForkShmTransport {
       for (;;) {
         const auto s = box_->state.load(std::memory_order_seq_cst);
         if (s == detail::MailboxState::Ready) return;
+        if (s == detail::MailboxState::InitFailed) {
+          std::string why(box_->message, ::strnlen(box_->message, sizeof(box_->message)));
+          detail::reap(pid_, kShutdownGrace);
+          pid_ = -1;
+          release_mapping();
+          throw TransportError(fmt::format("ForkShmTransport: the child failed to start: {}", why));
+        }
         if (auto how = detail::poll_exit(pid_)) {
           pid_ = -1;
           release_mapping();
@@ -147,6 +154,17 @@ struct ForkShmTransport {
    private:
     [[noreturn]] void child_main(pid_t parent) noexcept {
       detail::become_child_of(parent);
+      // A leaf with a start() (a nested Worker) starts here, in the child: its own children are
+      // forked from this process, and it reports ready only once they all are.
+      if constexpr (requires { leaf_->start(); }) {
+        try {
+          leaf_->start();
+        } catch (const std::exception& e) {
+          fail_start(e.what());
+        } catch (...) {
+          fail_start("a non-std::exception was thrown");
+        }
+      }
       box_->state.store(detail::MailboxState::Ready, std::memory_order_seq_cst);
       box_->to_parent.notify_all();
       for (;;) {
@@ -189,6 +207,13 @@ struct ForkShmTransport {
       } catch (...) {
         write_error("a non-std::exception was thrown");
       }
+    }
+
+    [[noreturn]] void fail_start(const char* what) noexcept {
+      write_error(what);
+      box_->state.store(detail::MailboxState::InitFailed, std::memory_order_seq_cst);
+      box_->to_parent.notify_all();
+      ::_exit(1);
     }
 
     void write_error(const char* what) noexcept {

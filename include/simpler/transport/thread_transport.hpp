@@ -15,7 +15,13 @@ struct ThreadTransport {
   class Endpoint {
    public:
     explicit Endpoint(L& leaf) noexcept : leaf_(&leaf) {}
-    void launch() noexcept {}
+    /// Starts the leaf in this process (a nested Worker initialises itself here).
+    void launch() {
+      if constexpr (requires { leaf_->start(); }) {
+        leaf_->start();
+        started_ = true;
+      }
+    }
     Outcome execute(const LeafRequest& request, std::string& error) noexcept {
       try {
         leaf_->run(request);
@@ -27,7 +33,12 @@ struct ThreadTransport {
       }
       return Outcome::TaskFailure;
     }
-    void shutdown() noexcept {}
+    void shutdown() noexcept {
+      if constexpr (requires { leaf_->stop(); }) {
+        if (started_) leaf_->stop();
+      }
+      started_ = false;
+    }
 
    private:
     static void assign(std::string& out, const char* text) noexcept {
@@ -38,6 +49,7 @@ struct ThreadTransport {
       }
     }
     L* leaf_;
+    bool started_ = false;
   };
 };
 

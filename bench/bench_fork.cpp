@@ -1,0 +1,700 @@
+// bench_fork — sub workers in forked children (PERFORMANCE.md e): round-trip latency and
+// throughput, against raw inter-process round trips measured in the same binary.
+//
+// Scenario e (latency): one empty task, one round trip per sample; every repetition times
+// `samples` (2000; 200 with --tiny) round trips one by one and keeps their p50 and p99. Reported:
+// the median over repetitions of the per-repetition p50 (row e_roundtrip_p50) and of the
+// per-repetition p99 (row e_roundtrip_p99), in microseconds. Contenders, interleaved:
+//   engine_process  Worker::run of a graph of one submit_sub, 1 sub worker, ChildMode::Process
+//   engine_thread   the same with ChildMode::Thread (reference)
+//   mailbox         ForkShmTransport::Endpoint<SubWorker>::execute driven directly (no engine)
+//   shm_futex       two processes ping-ponging a sequence number in a MAP_SHARED word, each side
+//                   spinning 20 us and then sleeping on a futex (detail::EventCount, shared=true:
+//                   the same wait primitive and spin as the mailbox, without the payload)
+//   pipe            two processes ping-ponging one byte over a pair of pipes
+// Target (issue): mailbox within 1.5x of shm_futex; PERFORMANCE.md e: p50 <= 0.5 us or <= 1.2x
+// the pipe round trip, and a 1-task run() <= 1 us.
+//
+// Scenario t (throughput): N independent empty tasks (100k; 2k with --tiny) in one Worker::run,
+// submitted in scopes of 16384 tasks, over 1, 2 and 4 forked children, and over 2 thread children
+// for reference; ns/task. Each repetition builds a fresh Worker (construction, init and one
+// unmeasured verification and warm-up run of min(N, 16384) counting tasks are not timed; the
+// counter lives in shared memory, so it counts tasks run in the children too), then times one
+// run of N empty tasks.
+//
+// No fork happens in a multi-threaded process: the baseline children, the mailbox child and the
+// process Worker's children of scenario e are all forked before the first engine thread starts;
+// scenario t builds one Worker at a time and destroys it (joining its threads) before the next.
+// Every fork checks /proc/self/status first and fails the program if there is more than one
+// thread. The baseline children die with this process (PR_SET_PDEATHSIG) and are reaped.
+#include <simpler/simpler.hpp>
+
+#include <fmt/format.h>
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "harness.hpp"
+
+namespace {
+
+namespace sb = simpler_bench;
+using simpler::CallableHandle;
+using simpler::CallConfig;
+using simpler::ChildMode;
+using simpler::Orchestrator;
+using simpler::TaskArgsView;
+using namespace std::chrono_literals;
+
+struct Sizes {
+  int samples = 2'000;             ///< timed round trips per latency repetition
+  std::uint32_t tasks = 100'000;   ///< tasks per throughput run
+  std::uint32_t scope_chunk = 16'384;
+};
+
+Sizes sizes_for(const sb::Options& o) {
+  Sizes s;
+  if (o.tiny) {
+    s.samples = 200;
+    s.tasks = 2'000;
+    s.scope_chunk = 512;  // still several scopes
+  }
+  return s;
+}
+
+std::string count_label(std::uint32_t n) {
+  if (n >= 1000 && n % 1000 == 0) return fmt::format("{}k", n / 1000);
+  return fmt::format("{}", n);
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::runtime_error(what);
+}
+
+[[noreturn]] void fail_errno(const std::string& what) {
+  const int err = errno;
+  fail(fmt::format("{}: {}", what, std::strerror(err)));
+}
+
+// ------------------------------------------------------------------------------------------
+// Process plumbing
+
+/// Threads of this process per /proc/self/status (-1 when it cannot be read).
+int thread_count() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  int n = -1;
+  char line[256];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "Threads:", 8) == 0) {
+      n = std::atoi(line + 8);
+      break;
+    }
+  }
+  std::fclose(f);
+  return n;
+}
+
+/// Fails when this process has more than one thread: forking now is what this bench avoids.
+void require_single_threaded(const std::string& what) {
+  const int n = thread_count();
+  if (n > 1) {
+    fail(fmt::format("{}: this process has {} threads; the bench must not fork now", what, n));
+  }
+}
+
+/// Forks a helper running `body` (which must not return normally; if it does, the helper exits
+/// with 0). The helper dies with this process. Returns the helper's pid.
+template <class Body>
+pid_t fork_helper(const std::string& what, Body&& body) {
+  require_single_threaded(what);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) fail_errno(what + ": fork");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);  // the parent died before prctl
+    body();
+    ::_exit(0);
+  }
+  return pid;
+}
+
+/// Whether `pid` has exited (and reaps it if so).
+bool helper_exited(pid_t pid) noexcept {
+  int status = 0;
+  const pid_t r = ::waitpid(pid, &status, WNOHANG);
+  return r == pid || r < 0;
+}
+
+/// Waits up to `grace` for `pid` to exit, then SIGKILLs it; always reaps it. Returns whether it
+/// exited by itself with code 0.
+bool reap_helper(pid_t pid, std::chrono::milliseconds grace) noexcept {
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (r < 0 && errno != EINTR) return false;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(1ms);
+  }
+  ::kill(pid, SIGKILL);
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return false;
+}
+
+/// An owned file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) noexcept : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+  void reset(int fd = -1) noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+  /// Gives up ownership without closing.
+  int release() noexcept { return std::exchange(fd_, -1); }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+/// A MAP_SHARED | MAP_ANONYMOUS mapping holding one T, made before fork so both processes see
+/// the same object.
+template <class T>
+class SharedObject {
+ public:
+  SharedObject() {
+    void* p = ::mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail_errno("mmap of a shared page");
+    obj_ = new (p) T();
+  }
+  SharedObject(const SharedObject&) = delete;
+  SharedObject& operator=(const SharedObject&) = delete;
+  ~SharedObject() {
+    obj_->~T();
+    ::munmap(obj_, sizeof(T));
+  }
+  T* get() const noexcept { return obj_; }
+  T* operator->() const noexcept { return obj_; }
+
+ private:
+  T* obj_ = nullptr;
+};
+
+/// Counts task executions in whichever process runs them (verification only, never timed).
+struct SharedCounter {
+  std::atomic<std::uint64_t> n{0};
+};
+
+// ------------------------------------------------------------------------------------------
+// Baseline (a): one byte ping-pong over two pipes.
+
+class PipePingPong {
+ public:
+  PipePingPong() {
+    int p2c[2];
+    int c2p[2];
+    if (::pipe(p2c) != 0) fail_errno("pipe");
+    Fd child_in(p2c[0]);
+    to_child_.reset(p2c[1]);
+    if (::pipe(c2p) != 0) fail_errno("pipe");
+    from_child_.reset(c2p[0]);
+    Fd child_out(c2p[1]);
+    const int in = child_in.get();
+    const int out = child_out.get();
+    const int parent_w = to_child_.get();
+    const int parent_r = from_child_.get();
+    pid_ = fork_helper("pipe baseline", [in, out, parent_w, parent_r] {
+      ::close(parent_w);
+      ::close(parent_r);
+      for (;;) {
+        char b = 0;
+        const ssize_t r = ::read(in, &b, 1);
+        if (r == 1) {
+          if (b == kQuit) ::_exit(0);
+          ssize_t w = 0;
+          do {
+            w = ::write(out, &b, 1);
+          } while (w < 0 && errno == EINTR);
+          if (w != 1) ::_exit(3);
+        } else if (r < 0 && errno == EINTR) {
+          continue;
+        } else {
+          ::_exit(r == 0 ? 0 : 4);
+        }
+      }
+    });
+    // child_in and child_out close here: the parent keeps only its own two ends.
+  }
+  PipePingPong(const PipePingPong&) = delete;
+  PipePingPong& operator=(const PipePingPong&) = delete;
+  ~PipePingPong() { shutdown(); }
+
+  void round_trip() {
+    byte_ = static_cast<char>(byte_ % 100 + 1);  // 1..100, never kQuit
+    ssize_t w = 0;
+    do {
+      w = ::write(to_child_.get(), &byte_, 1);
+    } while (w < 0 && errno == EINTR);
+    if (w != 1) fail_errno("pipe baseline: write");
+    char got = 0;
+    ssize_t r = 0;
+    do {
+      r = ::read(from_child_.get(), &got, 1);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) fail("pipe baseline: the echo child is gone");
+    if (r != 1) fail_errno("pipe baseline: read");
+    if (got != byte_) fail(fmt::format("pipe baseline: sent {}, got {} back", +byte_, +got));
+  }
+
+  void shutdown() noexcept {
+    if (pid_ > 0) {
+      const char q = kQuit;
+      [[maybe_unused]] const ssize_t w = ::write(to_child_.get(), &q, 1);
+      if (!reap_helper(pid_, 2000ms)) {
+        std::fprintf(stderr, "bench_fork: the pipe echo child did not exit cleanly\n");
+      }
+      pid_ = -1;
+    }
+    to_child_.reset();
+    from_child_.reset();
+  }
+
+ private:
+  static constexpr char kQuit = 'q';
+
+  Fd to_child_;
+  Fd from_child_;
+  pid_t pid_ = -1;
+  char byte_ = 0;
+};
+
+// ------------------------------------------------------------------------------------------
+// Baseline (b): a sequence number ping-ponged through shared memory, futex wake-ups.
+
+/// The shared frame: like detail::MailboxHeader without the payload. The parent publishes an odd
+/// sequence number, the child answers with the next (even) one.
+struct ShmBox {
+  simpler::detail::EventCount to_child{true};
+  simpler::detail::EventCount to_parent{true};
+  std::atomic<std::uint32_t> seq{0};
+  std::atomic<std::uint32_t> quit{0};
+};
+
+class ShmPingPong {
+ public:
+  static constexpr std::chrono::microseconds kSpin{20};  // the library's default spin
+
+  ShmPingPong() {
+    ShmBox* box = box_.get();
+    pid_ = fork_helper("shm_futex baseline", [box] {
+      const pid_t parent = ::getppid();
+      std::uint32_t last = 0;
+      for (;;) {
+        const bool got = box->to_child.await(
+            [box, &last] {
+              return box->quit.load(std::memory_order_seq_cst) != 0 ||
+                     box->seq.load(std::memory_order_seq_cst) != last;
+            },
+            kSpin, std::chrono::steady_clock::now() + 100ms);
+        if (!got) {
+          if (::getppid() != parent) ::_exit(2);
+          continue;
+        }
+        if (box->quit.load(std::memory_order_seq_cst) != 0) ::_exit(0);
+        const std::uint32_t s = box->seq.load(std::memory_order_seq_cst);
+        if (s % 2 != 1 || s != last + 1) ::_exit(5);  // out of step: the parent sees us die
+        last = s + 1;
+        box->seq.store(last, std::memory_order_seq_cst);
+        box->to_parent.notify_all();
+      }
+    });
+  }
+  ShmPingPong(const ShmPingPong&) = delete;
+  ShmPingPong& operator=(const ShmPingPong&) = delete;
+  ~ShmPingPong() { shutdown(); }
+
+  void round_trip() {
+    ShmBox* box = box_.get();
+    const std::uint32_t want = seq_ + 2;
+    box->seq.store(seq_ + 1, std::memory_order_seq_cst);
+    box->to_child.notify_all();
+    auto ready = [box, want] { return box->seq.load(std::memory_order_seq_cst) == want; };
+    if (!box->to_parent.await(ready, kSpin, std::chrono::steady_clock::now() + 10ms)) {
+      slow_wait(ready);
+    }
+    seq_ = want;
+  }
+
+  void shutdown() noexcept {
+    if (pid_ > 0) {
+      box_->quit.store(1, std::memory_order_seq_cst);
+      box_->to_child.notify_all();
+      if (!reap_helper(pid_, 2000ms)) {
+        std::fprintf(stderr, "bench_fork: the shm_futex echo child did not exit cleanly\n");
+      }
+      pid_ = -1;
+    }
+  }
+
+ private:
+  template <class Ready>
+  void slow_wait(Ready& ready) {
+    const auto give_up = std::chrono::steady_clock::now() + 5s;
+    for (;;) {
+      if (box_->to_parent.await(ready, 0ns, std::chrono::steady_clock::now() + 10ms)) return;
+      if (helper_exited(pid_)) {
+        pid_ = -1;
+        fail("shm_futex baseline: the echo child died");
+      }
+      if (std::chrono::steady_clock::now() >= give_up) {
+        fail("shm_futex baseline: no answer from the echo child within 5 s");
+      }
+    }
+  }
+
+  SharedObject<ShmBox> box_;
+  pid_t pid_ = -1;
+  std::uint32_t seq_ = 0;
+};
+
+// ------------------------------------------------------------------------------------------
+// The mailbox alone: ForkShmTransport::Endpoint<SubWorker>, no engine.
+
+class MailboxOnly {
+ public:
+  explicit MailboxOnly(SharedCounter* counter)
+      : registry_(simpler::detail::next_worker_token()), leaf_(registry_), ep_(leaf_) {
+    empty_ = registry_.add(simpler::CallableKind::Sub, "empty", [](TaskArgsView) {}, {});
+    count_ = registry_.add(
+        simpler::CallableKind::Sub, "count",
+        [counter](TaskArgsView) { counter->n.fetch_add(1, std::memory_order_relaxed); }, {});
+    require_single_threaded("mailbox: ForkShmTransport::Endpoint::launch");
+    ep_.launch();
+    request_ = simpler::LeafRequest{empty_.digest, empty_.index, args_.view(),
+                                    &simpler::default_call_config()};
+  }
+
+  void round_trip() {
+    const simpler::Outcome r = ep_.execute(request_, error_);
+    if (r != simpler::Outcome::Success) {
+      fail(fmt::format("mailbox: execute returned outcome {} ({})", static_cast<int>(r), error_));
+    }
+  }
+
+  /// Runs `n` counting tasks through the mailbox and checks the child ran each one.
+  void verify(SharedCounter* counter, int n) {
+    counter->n.store(0, std::memory_order_seq_cst);
+    simpler::LeafRequest r{count_.digest, count_.index, args_.view(),
+                           &simpler::default_call_config()};
+    for (int i = 0; i < n; ++i) {
+      const simpler::Outcome o = ep_.execute(r, error_);
+      if (o != simpler::Outcome::Success) {
+        fail(fmt::format("mailbox: execute of the counting task returned outcome {} ({})",
+                         static_cast<int>(o), error_));
+      }
+    }
+    const auto got = counter->n.load(std::memory_order_seq_cst);
+    if (got != static_cast<std::uint64_t>(n)) {
+      fail(fmt::format("mailbox: the child counted {} tasks, expected {}", got, n));
+    }
+  }
+
+ private:
+  simpler::detail::CallableRegistry registry_;
+  simpler::SubWorker leaf_;
+  simpler::ForkShmTransport::Endpoint<simpler::SubWorker> ep_;
+  CallableHandle empty_;
+  CallableHandle count_;
+  simpler::TaskArgs args_;
+  simpler::LeafRequest request_;
+  std::string error_;
+};
+
+// ------------------------------------------------------------------------------------------
+// Engine Workers
+
+simpler::WorkerOptions worker_options(ChildMode mode, int subs) {
+  simpler::WorkerOptions o;
+  o.num_sub_workers = subs;
+  o.child_mode = mode;
+  return o;
+}
+
+const char* mode_name(ChildMode m) {
+  return m == ChildMode::Process ? "process" : "thread";
+}
+
+/// A Worker with an empty and a counting sub callable, initialised.
+class EngineWorker {
+ public:
+  EngineWorker(ChildMode mode, int subs, SharedCounter* counter)
+      : mode_(mode), w_(worker_options(mode, subs)), counter_(counter) {
+    empty_ = w_.register_sub("empty", [](TaskArgsView) {});
+    count_ = w_.register_sub(
+        "count", [counter](TaskArgsView) { counter->n.fetch_add(1, std::memory_order_relaxed); });
+    one_empty_ = [this](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_sub(empty_);
+    };
+    if (mode == ChildMode::Process) {
+      require_single_threaded(fmt::format("Worker::init with {} forked sub worker(s)", subs));
+    }
+    w_.init();
+  }
+  EngineWorker(const EngineWorker&) = delete;
+  EngineWorker& operator=(const EngineWorker&) = delete;
+
+  /// One run of a single empty task.
+  void round_trip() { w_.run(one_empty_); }
+
+  /// One run of n tasks of `h`, submitted in scopes of `chunk`.
+  void run_many(const CallableHandle& h, std::uint32_t n, std::uint32_t chunk) {
+    w_.run([&h, n, chunk](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      for (std::uint32_t base = 0; base < n; base += chunk) {
+        auto scope = o.scope();
+        const std::uint32_t end = n - base < chunk ? n : base + chunk;
+        for (std::uint32_t i = base; i < end; ++i) o.submit_sub(h);
+      }
+    });
+  }
+
+  /// `runs` runs of `per_run` counting tasks; checks that each task ran exactly once.
+  void verify(std::uint32_t runs, std::uint32_t per_run, std::uint32_t chunk,
+              const std::string& who) {
+    counter_->n.store(0, std::memory_order_seq_cst);
+    for (std::uint32_t r = 0; r < runs; ++r) run_many(count_, per_run, chunk);
+    const auto got = counter_->n.load(std::memory_order_seq_cst);
+    const std::uint64_t want = std::uint64_t{runs} * per_run;
+    if (got != want) {
+      fail(fmt::format("{}: verification ran {} counting tasks, expected {}", who, got, want));
+    }
+    check_retired(who);
+  }
+
+  void check_retired(const std::string& who) const {
+    if (const auto live = w_.orchestrator().live_tasks(); live != 0) {
+      fail(fmt::format("{}: {} tasks still live after Worker::run returned", who, live));
+    }
+  }
+
+  [[nodiscard]] const CallableHandle& empty() const noexcept { return empty_; }
+  [[nodiscard]] ChildMode mode() const noexcept { return mode_; }
+  void close() { w_.close(); }
+
+ private:
+  ChildMode mode_;
+  simpler::Worker w_;
+  SharedCounter* counter_;
+  CallableHandle empty_;
+  CallableHandle count_;
+  simpler::Worker::OrchFunction one_empty_;
+};
+
+// ------------------------------------------------------------------------------------------
+// Latency runner: like sb::run_scenario, but every repetition yields a distribution.
+
+struct LatencyContender {
+  std::string name;
+  std::function<void()> round_trip;
+};
+
+/// Interleaves the contenders (warm-up rounds, then reps rounds of A B A B ...); every round
+/// times `samples` round trips of each contender one by one. Adds, per contender, a row to
+/// `p50_scenario` (the per-repetition p50s: median and worst-ish p99 over repetitions) and to
+/// `p99_scenario` (the per-repetition p99s), in microseconds.
+void run_latency(sb::Report& rep, const std::string& p50_scenario,
+                 const std::string& p99_scenario, int samples,
+                 std::vector<LatencyContender>& cs) {
+  const sb::Options& o = rep.options();
+  auto gap = [&] {
+    if (o.gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.gap_ms));
+  };
+  for (int i = 0; i < o.warmup; ++i) {
+    for (LatencyContender& c : cs) {
+      gap();
+      for (int k = 0; k < samples; ++k) c.round_trip();
+    }
+  }
+  std::vector<std::vector<double>> p50(cs.size());
+  std::vector<std::vector<double>> p99(cs.size());
+  std::vector<double> one(static_cast<std::size_t>(samples));
+  for (int r = 0; r < o.reps; ++r) {
+    for (std::size_t c = 0; c < cs.size(); ++c) {
+      gap();
+      for (int k = 0; k < samples; ++k) {
+        const std::int64_t t0 = sb::now_ns();
+        cs[c].round_trip();
+        const std::int64_t t1 = sb::now_ns();
+        one[static_cast<std::size_t>(k)] = static_cast<double>(t1 - t0) / 1000.0;
+      }
+      const sb::Stats s = sb::summarise(one);
+      p50[c].push_back(s.median);
+      p99[c].push_back(s.p99);
+    }
+  }
+  for (std::size_t c = 0; c < cs.size(); ++c) {
+    rep.add(p50_scenario, cs[c].name, "us", sb::summarise(p50[c]));
+  }
+  for (std::size_t c = 0; c < cs.size(); ++c) {
+    rep.add(p99_scenario, cs[c].name, "us", sb::summarise(p99[c]));
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Scenarios
+
+void scenario_latency(sb::Report& rep, const Sizes& sz, SharedCounter* counter) {
+  const std::string p50 = "e_roundtrip_p50";
+  const std::string p99 = "e_roundtrip_p99";
+  rep.section(fmt::format(
+      "e: one empty task round trip, {} timed per repetition; rows: per-repetition p50 and p99 "
+      "(us)",
+      sz.samples));
+  rep.note("median = median over repetitions; p99 column = nearest-rank p99 over repetitions");
+
+  // Fork order: every fork happens while this process has a single thread. First the raw
+  // baselines and the bare mailbox, then the process Worker (its init forks, then starts
+  // threads), last the thread Worker (no fork).
+  PipePingPong pipe;
+  ShmPingPong shm;
+  MailboxOnly mailbox(counter);
+  mailbox.verify(counter, 100);
+  EngineWorker proc(ChildMode::Process, 1, counter);
+  EngineWorker thr(ChildMode::Thread, 1, counter);
+  proc.verify(100, 1, 1, "engine_process");
+  thr.verify(100, 1, 1, "engine_thread");
+
+  std::vector<LatencyContender> cs{
+      {"engine_process", [&proc] { proc.round_trip(); }},
+      {"engine_thread", [&thr] { thr.round_trip(); }},
+      {"mailbox", [&mailbox] { mailbox.round_trip(); }},
+      {"shm_futex", [&shm] { shm.round_trip(); }},
+      {"pipe", [&pipe] { pipe.round_trip(); }},
+  };
+  run_latency(rep, p50, p99, sz.samples, cs);
+  proc.check_retired("engine_process");
+  thr.check_retired("engine_thread");
+
+  rep.note("target: mailbox/shm_futex <= 1.5; e: p50 <= 0.5 us or <= 1.2x pipe; run() <= 1 us");
+  for (const std::string& sc : {p50, p99}) {
+    rep.ratio(sc, "mailbox", "shm_futex");
+    rep.ratio(sc, "mailbox", "pipe");
+    rep.ratio(sc, "engine_process", "pipe");
+    rep.ratio(sc, "engine_process", "mailbox");
+    rep.ratio(sc, "engine_process", "engine_thread");
+  }
+  // Destruction order (reverse): thread Worker, process Worker (threads joined, child reaped),
+  // mailbox child, shm child, pipe child.
+}
+
+sb::Contender throughput_contender(ChildMode mode, int subs, const Sizes& sz,
+                                   SharedCounter* counter) {
+  std::string name = fmt::format("{}_{}", mode_name(mode), subs);
+  return {name,
+          [mode, subs, &sz, counter, name] {
+            // A fresh Worker per repetition: only one Worker (and so one set of engine threads)
+            // exists at a time, and a process Worker forks its children single-threaded.
+            EngineWorker e(mode, subs, counter);
+            e.verify(1, std::min(sz.tasks, sz.scope_chunk), sz.scope_chunk, name);
+            const double ns = sb::time_ns([&] { e.run_many(e.empty(), sz.tasks, sz.scope_chunk); });
+            e.check_retired(name);
+            e.close();
+            return ns;
+          },
+          static_cast<double>(sz.tasks)};
+}
+
+void scenario_throughput(sb::Report& rep, const Sizes& sz, SharedCounter* counter) {
+  const std::string sc = "t_independent_" + count_label(sz.tasks);
+  rep.section(fmt::format(
+      "t: {} independent empty tasks in one run, scopes of {}, forked sub workers (ns/task)",
+      count_label(sz.tasks), sz.scope_chunk));
+  rep.note("a fresh Worker per repetition; init and a verification run are not timed");
+  std::vector<sb::Contender> cs{
+      throughput_contender(ChildMode::Process, 1, sz, counter),
+      throughput_contender(ChildMode::Process, 2, sz, counter),
+      throughput_contender(ChildMode::Process, 4, sz, counter),
+      throughput_contender(ChildMode::Thread, 2, sz, counter),
+  };
+  sb::run_scenario(rep, sc, "ns/task", cs);
+  rep.ratio(sc, "process_2", "thread_2");
+  rep.ratio(sc, "process_2", "process_1");
+  rep.ratio(sc, "process_4", "process_2");
+  // How much of the mailbox round trip one forked child's pipeline hides.
+  const sb::Row* one = rep.find(sc, "process_1");
+  const sb::Row* mb = rep.find("e_roundtrip_p50", "mailbox");
+  if (one != nullptr && mb != nullptr && mb->stats.median > 0) {
+    rep.ratio_value(sc, "process_1/mailbox_p50", one->stats.median / (mb->stats.median * 1000.0),
+                    std::min(one->stats.reps, mb->stats.reps));
+  }
+}
+
+int run(int argc, char** argv) {
+  sb::Options opt = sb::parse_options(
+      argc, argv,
+      "Sub workers in forked children: round-trip latency (engine, mailbox, raw shm+futex, "
+      "pipe) and throughput over 1/2/4 children.");
+  // The engine and the mailbox spin 20 us after their last piece of work; let them fall asleep
+  // before the next contender starts.
+  if (opt.gap_ms < 0) opt.gap_ms = opt.tiny ? 0 : 20;
+  const Sizes sz = sizes_for(opt);
+  sb::Report rep(opt);
+  // A dead pipe peer must surface as an error from write(), not kill the bench.
+  ::signal(SIGPIPE, SIG_IGN);
+
+  if (!opt.csv_only) {
+    std::printf(
+        "bench_fork: %s, %d warm-up + %d measured repetitions per contender, interleaved, "
+        "%d ms gap; load average %s\n",
+        opt.tiny ? "tiny sizes" : "full sizes", opt.warmup, opt.reps, opt.gap_ms,
+        sb::load_average().c_str());
+  }
+  require_single_threaded("bench_fork start");
+  SharedObject<SharedCounter> counter;  // mapped before any fork
+  scenario_latency(rep, sz, counter.get());
+  require_single_threaded("after scenario e");  // every Worker of scenario e is gone
+  scenario_throughput(rep, sz, counter.get());
+  rep.note("load average at the end: " + sb::load_average());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& ex) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "bench_fork: error: %s\n", ex.what());
+    return 1;
+  }
+}
