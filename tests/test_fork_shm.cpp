@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <fstream>
+#include <new>
 #include <string>
 
 #include <simpler/simpler.hpp>
@@ -89,21 +91,6 @@ TEST_CASE("an args blob larger than the mailbox fails that task only", "[fork-sh
   CHECK(ep.execute(r, err) == Outcome::Success);  // the lane stays usable
 }
 
-TEST_CASE("a malformed mailbox frame is a task failure in the child", "[fork-shm][bad-input]") {
-  EndpointFixture f;
-  ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
-  ep.launch();
-  // A view claiming a negative count cannot be encoded: the endpoint reports it, the child never
-  // sees it. A truncated frame is what the child would get if the parent lied about the size;
-  // the decoder is exercised for that in [args-blob].
-  TaskArgsView v;
-  v.tensor_count = 0;
-  v.scalar_count = 0;
-  LeafRequest r{f.echo.digest, f.echo.index, v, &default_call_config()};
-  std::string err;
-  CHECK(ep.execute(r, err) == Outcome::Success);
-}
-
 TEST_CASE("a sub worker killed mid-task fails its task and leaves the Worker working",
           "[fork-shm][failure]") {
   SharedArena arena;
@@ -162,4 +149,43 @@ TEST_CASE("close reaps every forked child", "[fork-shm][lifecycle]") {
   }
   // Reaped: the pids no longer name our children.
   for (pid_t p : pids) CHECK(::waitpid(p, nullptr, WNOHANG) == -1);
+}
+
+TEST_CASE("malformed and truncated mailbox frames fail their task in the child",
+          "[fork-shm][bad-input]") {
+  // serve_frame is the child's side of a frame; run it in-process on hand-made frames.
+  EndpointFixture f;
+  auto* mem = static_cast<std::byte*>(::operator new (detail::kMailboxBytes, std::align_val_t{64}));
+  auto* box = new (mem) detail::MailboxHeader();
+  std::byte* blob = mem + detail::kMailboxBlobOffset;
+  box->digest = f.echo.digest;
+  box->index_hint = f.echo.index;
+  auto message = [&] { return std::string(box->message); };
+
+  TaskArgs ok;
+  ok.add_scalar(1);
+  box->blob_bytes = static_cast<std::uint32_t>(
+      encode_args_blob(ok.view(), std::span<std::byte>(blob, detail::kMailboxBlobCapacity)));
+  detail::serve_frame(*box, blob, f.leaf);
+  CHECK(box->error == 0);
+
+  box->blob_bytes -= 4;  // truncated: the scalar is cut
+  detail::serve_frame(*box, blob, f.leaf);
+  CHECK(box->error == 1);
+  CHECK_THAT(message(), Contains("holds only"));
+
+  box->blob_bytes = static_cast<std::uint32_t>(detail::kMailboxBlobCapacity + 1);  // past the box
+  detail::serve_frame(*box, blob, f.leaf);
+  CHECK(box->error == 1);
+  CHECK_THAT(message(), Contains("capacity"));
+
+  const std::int32_t negative = -5;  // a corrupt header
+  std::memcpy(blob, &negative, 4);
+  box->blob_bytes = 16;
+  detail::serve_frame(*box, blob, f.leaf);
+  CHECK(box->error == 1);
+  CHECK_THAT(message(), Contains("negative count"));
+
+  box->~MailboxHeader();
+  ::operator delete (mem, std::align_val_t{64});
 }

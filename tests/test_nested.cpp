@@ -3,8 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <sstream>
@@ -12,6 +15,7 @@
 
 #include <simpler/simpler.hpp>
 
+#include "support/gate.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
 
@@ -212,4 +216,88 @@ TEST_CASE("close reaps a whole tree of forked Workers", "[nested][lifecycle]") {
     w4.close();
     CHECK(child_count() == 0);
   }
+}
+
+namespace {
+/// True once `pid` is gone or a zombie (exited, not reaped by whoever inherited it).
+bool exited(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return true;
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(f, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(e->d_name)));
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::size_t dev_shm_entries() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (::readdir(d) != nullptr) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("killing the top process takes its whole tree of children with it",
+          "[nested][lifecycle]") {
+  const std::size_t shm_before = dev_shm_entries();
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t top = ::fork();
+  REQUIRE(top >= 0);
+  if (top == 0) {
+    // The "parent" under test: an L4 whose L3 child has two sub worker grandchildren.
+    ::close(fds[0]);
+    try {
+      Worker w4(level<InProcesses>(4, 0));
+      Worker l3(level<InProcesses>(3, 2));
+      l3.register_sub("noop", [](TaskArgsView) {});
+      w4.add_worker(std::move(l3));
+      w4.init();
+      pid_t l3_pid = -1;
+      w4.scheduler().for_each_lane([&](auto& lane) {
+        if constexpr (requires { lane.endpoint().pid(); }) l3_pid = lane.endpoint().pid();
+      });
+      if (::write(fds[1], &l3_pid, sizeof l3_pid) != sizeof l3_pid) ::_exit(3);
+      for (;;) ::pause();  // until SIGKILLed
+    } catch (...) {
+      ::_exit(4);
+    }
+  }
+  ::close(fds[1]);
+  pid_t l3 = -1;
+  REQUIRE(::read(fds[0], &l3, sizeof l3) == sizeof l3);
+  ::close(fds[0]);
+  REQUIRE(l3 > 0);
+  std::vector<pid_t> tree = children_of(l3);
+  CHECK(tree.size() == 2);  // the L3's sub workers
+  tree.push_back(l3);
+  ::kill(top, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(top, &status, 0) == top);
+  const bool all_gone = eventually(
+      [&] { return std::all_of(tree.begin(), tree.end(), [](pid_t p) { return exited(p); }); },
+      std::chrono::seconds(10));
+  CHECK(all_gone);
+  CHECK(dev_shm_entries() == shm_before);  // the mailboxes are anonymous: nothing to leak
 }

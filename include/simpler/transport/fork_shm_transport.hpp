@@ -32,6 +32,38 @@
 
 namespace simpler {
 
+namespace detail {
+inline void write_frame_error(MailboxHeader& box, const char* what) noexcept {
+  box.error = 1;
+  std::strncpy(box.message, what, sizeof(box.message) - 1);
+  box.message[sizeof(box.message) - 1] = '\0';
+}
+
+/// The child's side of one task frame: validates the frame (blob size within the mailbox, a
+/// well-formed blob), runs the leaf, and records the outcome in the frame. Never throws: a
+/// malformed or truncated frame is a task failure with a message, not a crash.
+template <class L>
+void serve_frame(MailboxHeader& box, const std::byte* blob, L& leaf) noexcept {
+  box.error = 0;
+  try {
+    if (box.blob_bytes > kMailboxBlobCapacity) {
+      throw TransportError(fmt::format("mailbox frame claims a {}-byte blob; the capacity is {}",
+                                       box.blob_bytes, kMailboxBlobCapacity));
+    }
+    LeafRequest r;
+    r.digest = box.digest;
+    r.index_hint = box.index_hint;
+    r.config = &box.config;
+    r.args = decode_args_blob(std::span<const std::byte>(blob, box.blob_bytes));
+    leaf.run(r);
+  } catch (const std::exception& e) {
+    write_frame_error(box, e.what());
+  } catch (...) {
+    write_frame_error(box, "a non-std::exception was thrown");
+  }
+}
+}  // namespace detail
+
 struct ForkShmTransport {
   static constexpr std::chrono::milliseconds kLivenessTick{10};
   static constexpr std::chrono::milliseconds kStartDeadline{10'000};
@@ -187,26 +219,7 @@ struct ForkShmTransport {
     }
 
     void run_one() noexcept {
-      box_->error = 0;
-      try {
-        if (box_->blob_bytes > detail::kMailboxBlobCapacity) {
-          throw TransportError(
-              fmt::format("mailbox frame claims a {}-byte blob; the capacity is {}",
-                          box_->blob_bytes, detail::kMailboxBlobCapacity));
-        }
-        LeafRequest r;
-        r.digest = box_->digest;
-        r.index_hint = box_->index_hint;
-        r.config = &box_->config;
-        r.args = decode_args_blob(
-            std::span<const std::byte>(base_ + detail::kMailboxBlobOffset, box_->blob_bytes));
-        leaf_->run(r);
-        return;
-      } catch (const std::exception& e) {
-        write_error(e.what());
-      } catch (...) {
-        write_error("a non-std::exception was thrown");
-      }
+      detail::serve_frame(*box_, base_ + detail::kMailboxBlobOffset, *leaf_);
     }
 
     [[noreturn]] void fail_start(const char* what) noexcept {
@@ -216,11 +229,7 @@ struct ForkShmTransport {
       ::_exit(1);
     }
 
-    void write_error(const char* what) noexcept {
-      box_->error = 1;
-      std::strncpy(box_->message, what, sizeof(box_->message) - 1);
-      box_->message[sizeof(box_->message) - 1] = '\0';
-    }
+    void write_error(const char* what) noexcept { detail::write_frame_error(*box_, what); }
 
     static void set(std::string& out, std::string text) noexcept {
       try {
