@@ -189,3 +189,18 @@ TEST_CASE("malformed and truncated mailbox frames fail their task in the child",
   box->~MailboxHeader();
   ::operator delete (mem, std::align_val_t{64});
 }
+
+TEST_CASE("the control channel answers between tasks and rejects unknown commands",
+          "[fork-shm][control]") {
+  EndpointFixture f;
+  ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
+  ep.launch();
+  CHECK(ep.control(static_cast<std::uint64_t>(detail::ControlCommand::Ping), 41) == 42);
+  CHECK_THROWS_WITH(ep.control(99, 0), Contains("unknown control command 99"));
+  // Still serving tasks and commands afterwards.
+  TaskArgs a;
+  LeafRequest r{f.echo.digest, f.echo.index, a.view(), &default_call_config()};
+  std::string err;
+  CHECK(ep.execute(r, err) == Outcome::Success);
+  CHECK(ep.control(static_cast<std::uint64_t>(detail::ControlCommand::Ping), 1) == 2);
+}

@@ -26,3 +26,7 @@ TEST_CASE("the umbrella header and the forward declarations compile together", "
   CHECK(o.level == 3);
   CHECK(sizeof(simpler::ContinuousTensor) == 40);
 }
+
+TEST_CASE("local children are forked processes unless asked otherwise", "[headers]") {
+  CHECK(simpler::WorkerOptions{}.child_mode == simpler::ChildMode::Process);
+}

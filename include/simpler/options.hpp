@@ -19,8 +19,10 @@ struct WorkerOptions {
   int num_sub_workers = 0;      ///< host sub workers (SubWorker leaves)
   std::vector<int> device_ids;  ///< one chip child per id (L3)
   std::size_t heap_ring_size = std::size_t{256} << 20;  ///< bytes per heap ring; 4 rings
-  /// Local children's transport. Thread until nested Workers over forked children land too.
-  ChildMode child_mode = ChildMode::Thread;
+  /// Local children's transport. With Process, tasks run in other processes: tensors they touch
+  /// must live in shared memory mapped before init() (orch.alloc, auto-allocated outputs, or the
+  /// caller's own MAP_SHARED memory).
+  ChildMode child_mode = ChildMode::Process;
   std::string device_runtime;  ///< device runtime .so; empty = the bundled simulator
   /// How long engine threads poll before sleeping after their last piece of work.
   std::chrono::microseconds spin{20};

@@ -23,6 +23,14 @@ enum class MailboxState : std::uint32_t {
   TaskDone = 3,
   Shutdown = 4,
   InitFailed = 5,
+  ControlRequest = 6,  ///< parent -> child, between tasks
+  ControlDone = 7,
+};
+
+/// Commands on the control channel (between tasks). The child answers an unknown command with
+/// an error naming it; a leaf may handle commands of its own (control(command, arg)).
+enum class ControlCommand : std::uint64_t {
+  Ping = 1,  ///< result = arg + 1: proves the child is alive and serving
 };
 
 struct MailboxHeader {
@@ -33,6 +41,9 @@ struct MailboxHeader {
   std::uint64_t digest = 0;
   std::uint32_t index_hint = 0;
   std::uint32_t blob_bytes = 0;
+  std::uint64_t command = 0;  ///< control: the command
+  std::uint64_t arg = 0;      ///< control: its argument
+  std::uint64_t result = 0;   ///< control: the child's answer
   CallConfig config;
   char message[1024] = {};  ///< NUL-terminated failure text (context of every level below)
 };

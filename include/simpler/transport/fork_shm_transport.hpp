@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -166,6 +167,39 @@ struct ForkShmTransport {
       return ok ? Outcome::Success : Outcome::TaskFailure;
     }
 
+    /// Sends a control command to the child between tasks (never while a task runs on this
+    /// endpoint) and returns its answer. Throws TransportError when the child reports an error
+    /// (an unknown command, say: the endpoint stays usable) or dies.
+    std::uint64_t control(std::uint64_t command, std::uint64_t arg) {
+      if (pid_ < 0) throw TransportError(fmt::format("control: the child is gone ({})", death_));
+      box_->command = command;
+      box_->arg = arg;
+      box_->state.store(detail::MailboxState::ControlRequest, std::memory_order_seq_cst);
+      box_->to_child.notify_all();
+      for (;;) {
+        const bool done = box_->to_parent.await(
+            [this] {
+              return box_->state.load(std::memory_order_seq_cst) ==
+                     detail::MailboxState::ControlDone;
+            },
+            kSpin, std::chrono::steady_clock::now() + kLivenessTick);
+        if (done) break;
+        if (auto how = detail::poll_exit(pid_)) {
+          pid_ = -1;
+          death_ = *how;
+          throw TransportError(fmt::format("control: the child {} before answering", death_));
+        }
+      }
+      const bool ok = box_->error == 0;
+      const std::uint64_t result = box_->result;
+      std::string why = ok ? std::string() : std::string(box_->message);
+      box_->state.store(detail::MailboxState::Ready, std::memory_order_relaxed);
+      if (!ok)
+        throw TransportError(
+            fmt::format("control command {} failed in the child: {}", command, why));
+      return result;
+    }
+
     /// Asks the child to exit, reaps it (SIGKILL after a grace period) and unmaps the mailbox.
     void shutdown() noexcept {
       if (pid_ > 0) {
@@ -203,7 +237,8 @@ struct ForkShmTransport {
         const bool got = box_->to_child.await(
             [this] {
               const auto s = box_->state.load(std::memory_order_seq_cst);
-              return s == detail::MailboxState::TaskReady || s == detail::MailboxState::Shutdown;
+              return s == detail::MailboxState::TaskReady || s == detail::MailboxState::Shutdown ||
+                     s == detail::MailboxState::ControlRequest;
             },
             kSpin, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
         if (!got) {
@@ -212,10 +247,43 @@ struct ForkShmTransport {
         }
         if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::Shutdown)
           ::_exit(0);
+        if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::ControlRequest) {
+          serve_control();
+          box_->state.store(detail::MailboxState::ControlDone, std::memory_order_seq_cst);
+          box_->to_parent.notify_all();
+          continue;
+        }
         run_one();
         box_->state.store(detail::MailboxState::TaskDone, std::memory_order_seq_cst);
         box_->to_parent.notify_all();
       }
+    }
+
+    void serve_control() noexcept {
+      box_->error = 0;
+      const std::uint64_t cmd = box_->command;
+      if (cmd == static_cast<std::uint64_t>(detail::ControlCommand::Ping)) {
+        box_->result = box_->arg + 1;
+        return;
+      }
+      if constexpr (requires { leaf_->control(cmd, box_->arg); }) {
+        try {
+          if (auto r = leaf_->control(cmd, box_->arg)) {
+            box_->result = *r;
+            return;
+          }
+        } catch (const std::exception& e) {
+          write_error(e.what());
+          return;
+        } catch (...) {
+          write_error("a non-std::exception was thrown");
+          return;
+        }
+      }
+      char text[64];
+      std::snprintf(text, sizeof text, "unknown control command %llu",
+                    static_cast<unsigned long long>(cmd));
+      write_error(text);
     }
 
     void run_one() noexcept {
