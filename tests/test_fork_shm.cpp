@@ -204,3 +204,21 @@ TEST_CASE("the control channel answers between tasks and rejects unknown command
   CHECK(ep.execute(r, err) == Outcome::Success);
   CHECK(ep.control(static_cast<std::uint64_t>(detail::ControlCommand::Ping), 1) == 2);
 }
+
+namespace {
+/// A next-level leaf whose child exits with code 3 when told to shut down.
+struct ExitsBadly {
+  void stop() noexcept { ::_exit(3); }
+  void run(const LeafRequest&) {}
+  [[nodiscard]] std::string callable_name(const LeafRequest&) const { return "none"; }
+};
+}  // namespace
+
+TEST_CASE("close reports a child that ended abnormally at shutdown", "[fork-shm][lifecycle]") {
+  using W = BasicWorker<WorkerThread<ForkShmTransport, ExitsBadly>>;
+  W w(process_options(0));
+  w.add_next_level(ExitsBadly{});
+  w.init();
+  CHECK_THROWS_WITH(w.close(), Contains("next-level worker 0: its child exited with code 3"));
+  CHECK_NOTHROW(w.close());  // reported once; the Worker is closed
+}

@@ -139,9 +139,17 @@ class BasicWorker {
   /// leaves no child behind.
   void init() {
     check_state(State::New, "init", "once, on a new Worker");
-    for (int i = 0; i < options_.num_sub_workers; ++i) {
-      add_lane<SubWorker>(detail::Role::Sub, fmt::format("sub worker {}", i),
-                          SubWorker(*registry_));
+    constexpr bool has_sub_lanes =
+        !std::is_void_v<typename detail::LaneFor<ThreadTransport, SubWorker, Lanes...>::type> ||
+        !std::is_void_v<typename detail::LaneFor<ForkShmTransport, SubWorker, Lanes...>::type>;
+    if constexpr (has_sub_lanes) {
+      for (int i = 0; i < options_.num_sub_workers; ++i) {
+        add_lane<SubWorker>(detail::Role::Sub, fmt::format("sub worker {}", i),
+                            SubWorker(*registry_));
+      }
+    } else if (options_.num_sub_workers > 0) {
+      throw UsageError(
+          "Worker::init: num_sub_workers is set but this Worker's lane set has no SubWorker lane");
     }
     sched_->start();
     state_ = State::Ready;
@@ -182,10 +190,26 @@ class BasicWorker {
     }
   }
 
-  /// Stops the engine threads and children. Idempotent; also done by the destructor.
+  /// Stops the engine threads and children, reaping every child within a deadline. Idempotent;
+  /// also done by the destructor. Throws TransportError, after everything was shut down, naming
+  /// the children that ended abnormally at shutdown (a child that died during a task already
+  /// failed that task and is not reported again).
   void close() {
     if (orch_ && orch_->in_run()) throw UsageError("Worker::close: cannot close from inside a run");
+    if (state_ == State::Closed) return;
     shutdown();
+    std::string report;
+    sched_->for_each_lane([&](auto& lane) {
+      if constexpr (requires { lane.endpoint().death_unreported(); }) {
+        if (lane.endpoint().death_unreported()) {
+          report += fmt::format("{}{}: its child {}", report.empty() ? "" : "; ", lane.name,
+                                lane.endpoint().death());
+        }
+      }
+    });
+    if (!report.empty()) {
+      throw TransportError(fmt::format("Worker::close: children ended abnormally: {}", report));
+    }
   }
   /// close() for teardown paths: never throws.
   void shutdown_quietly() noexcept { shutdown(); }

@@ -206,7 +206,10 @@ struct ForkShmTransport {
         box_->state.store(detail::MailboxState::Shutdown, std::memory_order_seq_cst);
         box_->to_child.notify_all();
         const auto r = detail::reap(pid_, kShutdownGrace);
-        if (!r.clean) death_ = r.how;
+        if (!r.clean) {
+          death_ = r.how;
+          unreported_ = true;  // nothing failed with it yet: close() reports it
+        }
         pid_ = -1;
       }
       release_mapping();
@@ -216,6 +219,8 @@ struct ForkShmTransport {
     [[nodiscard]] bool alive() const noexcept { return pid_ > 0; }
     /// How the child ended, when it ended abnormally; empty otherwise.
     [[nodiscard]] const std::string& death() const noexcept { return death_; }
+    /// An abnormal end seen only at shutdown (a death during a task already failed that task).
+    [[nodiscard]] bool death_unreported() const noexcept { return unreported_; }
 
    private:
     [[noreturn]] void child_main(pid_t parent) noexcept {
@@ -245,8 +250,11 @@ struct ForkShmTransport {
           if (!detail::parent_alive(parent)) ::_exit(2);
           continue;
         }
-        if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::Shutdown)
+        if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::Shutdown) {
+          // A nested Worker closes its own subtree here, so its children exit cleanly too.
+          if constexpr (requires { leaf_->stop(); }) leaf_->stop();
           ::_exit(0);
+        }
         if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::ControlRequest) {
           serve_control();
           box_->state.store(detail::MailboxState::ControlDone, std::memory_order_seq_cst);
@@ -321,6 +329,7 @@ struct ForkShmTransport {
     detail::MailboxHeader* box_ = nullptr;
     pid_t pid_ = -1;
     std::string death_;
+    bool unreported_ = false;
   };
 };
 
