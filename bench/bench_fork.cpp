@@ -18,15 +18,22 @@
 // Scenario t (throughput): N independent empty tasks (100k; 2k with --tiny) in one Worker::run,
 // submitted in scopes of 16384 tasks, over 1, 2 and 4 forked children, and over 2 thread children
 // for reference; ns/task. Each repetition builds a fresh Worker (construction, init and one
-// unmeasured verification and warm-up run of min(N, 16384) counting tasks are not timed; the
-// counter lives in shared memory, so it counts tasks run in the children too), then times one
-// run of N empty tasks.
+// unmeasured verification and warm-up run of N counting tasks are not timed; the counter lives
+// in shared memory, so it counts tasks run in the children too), then times one run of N empty
+// tasks.
 //
 // No fork happens in a multi-threaded process: the baseline children, the mailbox child and the
 // process Worker's children of scenario e are all forked before the first engine thread starts;
 // scenario t builds one Worker at a time and destroys it (joining its threads) before the next.
 // Every fork checks /proc/self/status first and fails the program if there is more than one
 // thread. The baseline children die with this process (PR_SET_PDEATHSIG) and are reaped.
+//
+// Reading the figures: the spinning round trips (mailbox, shm_futex) are bimodal on a 2-core
+// machine: sub-microsecond while parent and child sit on different cores, ~17-20 us while the
+// scheduler keeps them on one core (then every hop waits for the other side's spin round to
+// yield). Any other busy process forces the second mode, so the bench prints the per-repetition
+// p50s and the CPU time other processes used during each scenario; trust a run only when that
+// is near zero.
 #include <simpler/simpler.hpp>
 
 #include <fmt/format.h>
@@ -34,6 +41,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,8 +75,8 @@ using simpler::TaskArgsView;
 using namespace std::chrono_literals;
 
 struct Sizes {
-  int samples = 2'000;             ///< timed round trips per latency repetition
-  std::uint32_t tasks = 100'000;   ///< tasks per throughput run
+  int samples = 2'000;            ///< timed round trips per latency repetition
+  std::uint32_t tasks = 100'000;  ///< tasks per throughput run
   std::uint32_t scope_chunk = 16'384;
 };
 
@@ -213,6 +221,63 @@ class SharedObject {
 /// Counts task executions in whichever process runs them (verification only, never timed).
 struct SharedCounter {
   std::atomic<std::uint64_t> n{0};
+};
+
+/// CPU time the rest of the machine used while a scenario ran: busy time of all CPUs per
+/// /proc/stat minus this process's own CPU time (its threads and its reaped children). On these
+/// 2-core machines one busy core is enough to force the bench's parent and child onto the same
+/// core, which changes the round-trip figures completely; this note makes such a run visible.
+class ForeignCpu {
+ public:
+  ForeignCpu() : wall0_(sb::now_ns()), busy0_(machine_ms()), own0_(own_ms()) {}
+
+  [[nodiscard]] std::string describe() const {
+    const Ms busy = machine_ms();
+    const double own = own_ms() - own0_;
+    const double wall = static_cast<double>(sb::now_ns() - wall0_) / 1e6;
+    if (busy.busy < 0 || busy0_.busy < 0)
+      return "CPU use of other processes: /proc/stat unreadable";
+    const double foreign = std::max(0.0, busy.busy - busy0_.busy - own);
+    return fmt::format(
+        "CPU used by other processes during this scenario: {:.0f} ms over {:.1f} s wall "
+        "({:.1f} % of one core; steal {:.0f} ms)",
+        foreign, wall / 1000.0, wall > 0 ? 100.0 * foreign / wall : 0.0, busy.steal - busy0_.steal);
+  }
+
+ private:
+  struct Ms {
+    double busy = -1;  ///< user + nice + system + irq + softirq, all CPUs
+    double steal = 0;
+  };
+  static Ms machine_ms() {
+    Ms m;
+    FILE* f = std::fopen("/proc/stat", "r");
+    if (f == nullptr) return m;
+    unsigned long long v[8] = {};
+    const int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+                                &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+    std::fclose(f);
+    if (got != 8) return m;
+    const double tick_ms = 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    m.busy = static_cast<double>(v[0] + v[1] + v[2] + v[5] + v[6]) * tick_ms;
+    m.steal = static_cast<double>(v[7]) * tick_ms;
+    return m;
+  }
+  static double own_ms() {
+    auto ms = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) * 1000.0 + static_cast<double>(t.tv_usec) / 1000.0;
+    };
+    double total = 0;
+    for (const int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+      rusage u{};
+      if (::getrusage(who, &u) == 0) total += ms(u.ru_utime) + ms(u.ru_stime);
+    }
+    return total;
+  }
+
+  std::int64_t wall0_;
+  Ms busy0_;
+  double own0_;
 };
 
 // ------------------------------------------------------------------------------------------
@@ -462,9 +527,7 @@ class EngineWorker {
     empty_ = w_.register_sub("empty", [](TaskArgsView) {});
     count_ = w_.register_sub(
         "count", [counter](TaskArgsView) { counter->n.fetch_add(1, std::memory_order_relaxed); });
-    one_empty_ = [this](Orchestrator& o, TaskArgsView, const CallConfig&) {
-      o.submit_sub(empty_);
-    };
+    one_empty_ = [this](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(empty_); };
     if (mode == ChildMode::Process) {
       require_single_threaded(fmt::format("Worker::init with {} forked sub worker(s)", subs));
     }
@@ -531,9 +594,8 @@ struct LatencyContender {
 /// times `samples` round trips of each contender one by one. Adds, per contender, a row to
 /// `p50_scenario` (the per-repetition p50s: median and worst-ish p99 over repetitions) and to
 /// `p99_scenario` (the per-repetition p99s), in microseconds.
-void run_latency(sb::Report& rep, const std::string& p50_scenario,
-                 const std::string& p99_scenario, int samples,
-                 std::vector<LatencyContender>& cs) {
+void run_latency(sb::Report& rep, const std::string& p50_scenario, const std::string& p99_scenario,
+                 int samples, std::vector<LatencyContender>& cs) {
   const sb::Options& o = rep.options();
   auto gap = [&] {
     if (o.gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.gap_ms));
@@ -566,6 +628,13 @@ void run_latency(sb::Report& rep, const std::string& p50_scenario,
   }
   for (std::size_t c = 0; c < cs.size(); ++c) {
     rep.add(p99_scenario, cs[c].name, "us", sb::summarise(p99[c]));
+  }
+  // The per-repetition p50s in order: a bimodal contender (fast while parent and child sit on
+  // different cores, slow while they share one) shows here rather than in the median.
+  for (std::size_t c = 0; c < cs.size(); ++c) {
+    std::string line = cs[c].name + " p50 per repetition (us):";
+    for (const double v : p50[c]) line += fmt::format(" {:.2f}", v);
+    rep.note(line);
   }
 }
 
@@ -624,7 +693,9 @@ sb::Contender throughput_contender(ChildMode mode, int subs, const Sizes& sz,
             // A fresh Worker per repetition: only one Worker (and so one set of engine threads)
             // exists at a time, and a process Worker forks its children single-threaded.
             EngineWorker e(mode, subs, counter);
-            e.verify(1, std::min(sz.tasks, sz.scope_chunk), sz.scope_chunk, name);
+            // The verification run has the timed run's full size: it also grows the Worker's slot
+            // pool to what the timed run needs, so the timed run measures a warm Worker.
+            e.verify(1, sz.tasks, sz.scope_chunk, name);
             const double ns = sb::time_ns([&] { e.run_many(e.empty(), sz.tasks, sz.scope_chunk); });
             e.check_retired(name);
             e.close();
@@ -680,9 +751,17 @@ int run(int argc, char** argv) {
   }
   require_single_threaded("bench_fork start");
   SharedObject<SharedCounter> counter;  // mapped before any fork
-  scenario_latency(rep, sz, counter.get());
+  {
+    const ForeignCpu cpu;
+    scenario_latency(rep, sz, counter.get());
+    rep.note(cpu.describe());  // after the scenario's children were reaped
+  }
   require_single_threaded("after scenario e");  // every Worker of scenario e is gone
-  scenario_throughput(rep, sz, counter.get());
+  {
+    const ForeignCpu cpu;
+    scenario_throughput(rep, sz, counter.get());
+    rep.note(cpu.describe());
+  }
   rep.note("load average at the end: " + sb::load_average());
   return 0;
 }
