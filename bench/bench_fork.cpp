@@ -685,6 +685,75 @@ void scenario_latency(sb::Report& rep, const Sizes& sz, SharedCounter* counter) 
   // mailbox child, shm child, pipe child.
 }
 
+/// An L4 over one L3 over one sub worker: one run submits one next-level task whose L3
+/// orchestration submits one empty sub task. Scenario g compares it with a plain L3 run of one
+/// sub task, to price one nesting level.
+class NestedPair {
+  using Worker = simpler::Worker;
+  using WorkerOptions = simpler::WorkerOptions;
+  using CallableHandle = simpler::CallableHandle;
+
+ public:
+  NestedPair(ChildMode mode, SharedCounter* counter) : w4_(options(mode, 4)) {
+    Worker l3(options(mode, 3));
+    const auto count = l3.register_sub(
+        "count", [counter](TaskArgsView) { counter->n.fetch_add(1, std::memory_order_relaxed); });
+    w4_.add_worker(std::move(l3));
+    l3_orch_ = w4_.register_orch("l3_one", [count](Orchestrator& o, TaskArgsView,
+                                                   const CallConfig&) { o.submit_sub(count); });
+    w4_.init();
+  }
+  void round_trip() {
+    w4_.run([this](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_next_level(l3_orch_, simpler::TaskArgs(), simpler::default_call_config(), 0);
+    });
+  }
+
+ private:
+  static WorkerOptions options(ChildMode mode, int level) {
+    WorkerOptions o;
+    o.level = level;
+    o.child_mode = mode;
+    o.num_sub_workers = level == 3 ? 1 : 0;
+    o.heap_ring_size = std::size_t{16} << 20;
+    return o;
+  }
+  Worker w4_;
+  CallableHandle l3_orch_;
+};
+
+void scenario_nesting(sb::Report& rep, const Sizes& sz, SharedCounter* counter) {
+  const std::string p50 = "g_nesting_p50";
+  const std::string p99 = "g_nesting_p99";
+  rep.section(
+      fmt::format("g: one task through one more level (L4 -> L3 -> sub vs L3 -> sub), {} runs per "
+                  "repetition (us)",
+                  sz.samples));
+  // Each process Worker forks in init(); the second one forks while the first one's threads
+  // run (its children only run the child loop). The thread Workers fork nothing.
+  EngineWorker l3p(ChildMode::Process, 1, counter);
+  NestedPair l4p(ChildMode::Process, counter);
+  EngineWorker l3t(ChildMode::Thread, 1, counter);
+  NestedPair l4t(ChildMode::Thread, counter);
+  counter->n.store(0, std::memory_order_seq_cst);
+  l4p.round_trip();
+  l4t.round_trip();
+  if (counter->n.load(std::memory_order_seq_cst) != 2)
+    fail("g: a nested run did not run its sub task");
+  std::vector<LatencyContender> cs{
+      {"l3_process", [&l3p] { l3p.round_trip(); }},
+      {"l4_l3_process", [&l4p] { l4p.round_trip(); }},
+      {"l3_thread", [&l3t] { l3t.round_trip(); }},
+      {"l4_l3_thread", [&l4t] { l4t.round_trip(); }},
+  };
+  run_latency(rep, p50, p99, sz.samples, cs);
+  rep.note("target: one nesting level adds <= 1 us forked / <= 150 ns in-process");
+  for (const std::string& sc : {p50, p99}) {
+    rep.ratio(sc, "l4_l3_process", "l3_process");
+    rep.ratio(sc, "l4_l3_thread", "l3_thread");
+  }
+}
+
 sb::Contender throughput_contender(ChildMode mode, int subs, const Sizes& sz,
                                    SharedCounter* counter) {
   std::string name = fmt::format("{}_{}", mode_name(mode), subs);
@@ -760,6 +829,12 @@ int run(int argc, char** argv) {
   {
     const ForeignCpu cpu;
     scenario_throughput(rep, sz, counter.get());
+    rep.note(cpu.describe());
+  }
+  require_single_threaded("after scenario t");
+  {
+    const ForeignCpu cpu;
+    scenario_nesting(rep, sz, counter.get());
     rep.note(cpu.describe());
   }
   rep.note("load average at the end: " + sb::load_average());

@@ -301,3 +301,24 @@ TEST_CASE("killing the top process takes its whole tree of children with it",
   CHECK(all_gone);
   CHECK(dev_shm_entries() == shm_before);  // the mailboxes are anonymous: nothing to leak
 }
+
+namespace {
+/// A next-level leaf whose child dies during start-up without a word.
+struct DiesDuringStart {
+  void start() { ::_exit(5); }
+  void run(const LeafRequest&) {}
+  [[nodiscard]] std::string callable_name(const LeafRequest&) const { return "none"; }
+};
+}  // namespace
+
+TEST_CASE("a child that exits during init makes init() throw with its exit status",
+          "[nested][lifecycle][bad-input]") {
+  REQUIRE(child_count() == 0);
+  using Lanes = BasicWorker<ProcessSubLane, WorkerThread<ForkShmTransport, DiesDuringStart>>;
+  WorkerOptions o = thread_options(1);
+  o.child_mode = ChildMode::Process;
+  Lanes w(o);
+  w.add_next_level(DiesDuringStart{});
+  CHECK_THROWS_WITH(w.init(), Contains("exited with code 5 during start-up"));
+  CHECK(child_count() == 0);
+}
