@@ -130,11 +130,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& ex) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "bench_idle: error: %s\n", ex.what());
-    return 1;
-  }
+  return sb::guarded_main("bench_idle", run, argc, argv);
 }

@@ -263,4 +263,16 @@ inline void run_scenario(Report& rep, const std::string& scenario, const std::st
   }
 }
 
+/// main() of a bench program: runs `run(argc, argv)` and turns an escaping exception into an
+/// error line and exit code 1.
+inline int guarded_main(const char* name, int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& ex) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s\n", name, ex.what());
+    return 1;
+  }
+}
+
 }  // namespace simpler_bench

@@ -8,6 +8,7 @@
 
 #include <simpler/simpler.hpp>
 
+#include "support/child_modes.hpp"
 #include "support/dag_program.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
@@ -15,28 +16,10 @@
 using namespace simpler;
 using namespace simpler::testing;
 
-namespace {
-
-struct InThreads {
-  static constexpr ChildMode mode = ChildMode::Thread;
-};
-struct InProcesses {
-  static constexpr ChildMode mode = ChildMode::Process;
-};
-
-template <class Mode>
-WorkerOptions options(int subs) {
-  WorkerOptions o = thread_options(subs);
-  o.child_mode = Mode::mode;
-  return o;
-}
-
-}  // namespace
-
 TEMPLATE_TEST_CASE("random tagged DAGs match the oracle on every transport", "[conformance][dag]",
                    InThreads, InProcesses) {
   SharedArena arena;  // mapped before init() forks the sub workers
-  Worker w(options<TestType>(2));
+  Worker w(options_for<TestType>(2));
   const auto kernel = w.register_sub("dag", dag_kernel);
   const auto snap = w.register_sub("snapshot", dag_snapshot_kernel);
   w.init();
@@ -57,7 +40,7 @@ TEMPLATE_TEST_CASE("a failing task skips its cone and names itself on every tran
   auto& downstream = arena.one<std::atomic<int>>(0);
   auto& independent = arena.one<std::atomic<int>>(0);
   auto buf = arena.make<std::int64_t>(4, 0);
-  Worker w(options<TestType>(2));
+  Worker w(options_for<TestType>(2));
   auto boom = w.register_sub("failing_step",
                              [](TaskArgsView) { throw std::runtime_error("calibration drifted"); });
   auto after = w.register_sub("after", [&downstream](TaskArgsView) { ++downstream; });
@@ -93,7 +76,7 @@ TEMPLATE_TEST_CASE("heap-ring outputs written by a task are read by the next on 
                    "[conformance][alloc]", InThreads, InProcesses) {
   SharedArena arena;
   auto sum = arena.make<std::int64_t>(1, 0);
-  Worker w(options<TestType>(2));
+  Worker w(options_for<TestType>(2));
   auto fill = w.register_sub("fill", [](TaskArgsView v) {
     auto* p = v.tensor(0).as<std::int64_t>();
     for (int i = 0; i < 100; ++i) p[i] = i;

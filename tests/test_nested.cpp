@@ -15,6 +15,7 @@
 
 #include <simpler/simpler.hpp>
 
+#include "support/child_modes.hpp"
 #include "support/gate.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
@@ -24,22 +25,48 @@ using namespace simpler::testing;
 using Catch::Matchers::Contains;
 
 namespace {
-
-struct InThreads {
-  static constexpr ChildMode mode = ChildMode::Thread;
-};
-struct InProcesses {
-  static constexpr ChildMode mode = ChildMode::Process;
-};
-
-template <class Mode>
-WorkerOptions level(int lvl, int subs) {
-  WorkerOptions o = thread_options(subs);
-  o.level = lvl;
-  o.child_mode = Mode::mode;
-  return o;
+/// True once `pid` is gone or a zombie (exited, not reaped by whoever inherited it).
+bool exited(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return true;
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
 
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(f, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(e->d_name)));
+  }
+  ::closedir(d);
+  return out;
+}
+
+/// Children of this process, zombies included (a reaped child is gone from /proc).
+int child_count() {
+  return static_cast<int>(children_of(::getpid()).size());
+}
+
+std::size_t dev_shm_entries() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (::readdir(d) != nullptr) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
 }  // namespace
 
 TEMPLATE_TEST_CASE("an L4 runs orchestrations on two L3s that run sub tasks",
@@ -48,10 +75,10 @@ TEMPLATE_TEST_CASE("an L4 runs orchestrations on two L3s that run sub tasks",
   auto out = arena.make<std::int64_t>(2, 0);
   // Orchestrations below run on engine threads or in children: Catch's CHECK is not usable there.
   auto& wrong_level = arena.one<std::atomic<int>>(0);
-  Worker w4(level<TestType>(4, 0));
+  Worker w4(options_for<TestType>(0, 4));
   std::array<CallableHandle, 2> fill{};
   for (int i = 0; i < 2; ++i) {
-    Worker l3(level<TestType>(3, 2));
+    Worker l3(options_for<TestType>(2, 3));
     // Each L3 has its own sub callable; it writes 100 + 10 * its scalar.
     fill[static_cast<std::size_t>(i)] = l3.register_sub("fill", [](TaskArgsView v) {
       *v.tensor(0).as<std::int64_t>() = 100 + 10 * static_cast<std::int64_t>(v.scalar(0));
@@ -89,8 +116,8 @@ TEMPLATE_TEST_CASE("an L4 runs orchestrations on two L3s that run sub tasks",
 
 TEMPLATE_TEST_CASE("an error two levels down reaches the top with every level's context",
                    "[nested][failure]", InThreads, InProcesses) {
-  Worker w4(level<TestType>(4, 0));
-  Worker l3(level<TestType>(3, 1));
+  Worker w4(options_for<TestType>(0, 4));
+  Worker l3(options_for<TestType>(1, 3));
   auto boom = l3.register_sub("sentinel_kernel",
                               [](TaskArgsView) { throw std::runtime_error("sentinel tripped"); });
   w4.add_worker(std::move(l3));
@@ -124,9 +151,9 @@ TEMPLATE_TEST_CASE("an L5 over an L4 over an L3 runs the same engine at every le
   SharedArena arena;
   auto& hits = arena.one<std::atomic<int>>(0);
   auto& wrong_level = arena.one<std::atomic<int>>(0);
-  Worker w5(level<TestType>(5, 0));
-  Worker w4(level<TestType>(4, 0));
-  Worker l3(level<TestType>(3, 2));
+  Worker w5(options_for<TestType>(0, 5));
+  Worker w4(options_for<TestType>(0, 4));
+  Worker l3(options_for<TestType>(2, 3));
   auto bump = l3.register_sub("bump", [&hits](TaskArgsView) { ++hits; });
   w4.add_worker(std::move(l3));
   auto l3_orch =
@@ -169,27 +196,6 @@ struct FailsToStart {
   [[nodiscard]] std::string callable_name(const LeafRequest&) const { return "none"; }
 };
 
-/// Children of this process, zombies included (a reaped child is gone from /proc).
-int child_count() {
-  int n = 0;
-  const std::string me = std::to_string(::getpid());
-  DIR* d = ::opendir("/proc");
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
-    std::string line;
-    std::getline(f, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    std::string state;
-    std::string ppid;
-    rest >> state >> ppid;
-    n += ppid == me ? 1 : 0;
-  }
-  ::closedir(d);
-  return n;
-}
 }  // namespace
 
 TEST_CASE("a child that fails during init makes init() throw and leaves no child behind",
@@ -207,8 +213,8 @@ TEST_CASE("a child that fails during init makes init() throw and leaves no child
 TEST_CASE("close reaps a whole tree of forked Workers", "[nested][lifecycle]") {
   REQUIRE(child_count() == 0);
   {
-    Worker w4(level<InProcesses>(4, 0));
-    Worker l3(level<InProcesses>(3, 2));
+    Worker w4(options_for<InProcesses>(0, 4));
+    Worker l3(options_for<InProcesses>(2, 3));
     l3.register_sub("noop", [](TaskArgsView) {});
     w4.add_worker(std::move(l3));
     w4.init();
@@ -217,46 +223,6 @@ TEST_CASE("close reaps a whole tree of forked Workers", "[nested][lifecycle]") {
     CHECK(child_count() == 0);
   }
 }
-
-namespace {
-/// True once `pid` is gone or a zombie (exited, not reaped by whoever inherited it).
-bool exited(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(f, line)) return true;
-  const auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
-}
-
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  DIR* d = ::opendir("/proc");
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
-    std::string line;
-    std::getline(f, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    std::string state;
-    long ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(e->d_name)));
-  }
-  ::closedir(d);
-  return out;
-}
-
-std::size_t dev_shm_entries() {
-  std::size_t n = 0;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (::readdir(d) != nullptr) ++n;
-    ::closedir(d);
-  }
-  return n;
-}
-}  // namespace
 
 TEST_CASE("killing the top process takes its whole tree of children with it",
           "[nested][lifecycle]") {
@@ -269,8 +235,8 @@ TEST_CASE("killing the top process takes its whole tree of children with it",
     // The "parent" under test: an L4 whose L3 child has two sub worker grandchildren.
     ::close(fds[0]);
     try {
-      Worker w4(level<InProcesses>(4, 0));
-      Worker l3(level<InProcesses>(3, 2));
+      Worker w4(options_for<InProcesses>(0, 4));
+      Worker l3(options_for<InProcesses>(2, 3));
       l3.register_sub("noop", [](TaskArgsView) {});
       w4.add_worker(std::move(l3));
       w4.init();
