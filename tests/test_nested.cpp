@@ -208,6 +208,11 @@ TEST_CASE("a child that fails during init makes init() throw and leaves no child
   w.add_next_level(FailsToStart{});
   CHECK_THROWS_WITH(w.init(), Contains("grandchild refused to start"));
   CHECK(child_count() == 0);  // the sub worker children that did start were reaped too
+  // The Worker says so instead of half-working.
+  CHECK_THROWS_WITH(w.run([](Orchestrator&, TaskArgsView, const CallConfig&) {}),
+                    Contains("init() failed"));
+  CHECK_THROWS_WITH(w.init(), Contains("init() failed"));
+  CHECK_NOTHROW(w.close());
 }
 
 TEST_CASE("close reaps a whole tree of forked Workers", "[nested][lifecycle]") {

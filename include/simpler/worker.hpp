@@ -151,7 +151,12 @@ class BasicWorker {
       throw UsageError(
           "Worker::init: num_sub_workers is set but this Worker's lane set has no SubWorker lane");
     }
-    sched_->start();
+    try {
+      sched_->start();  // on failure it has stopped every child it started
+    } catch (...) {
+      state_ = State::Failed;
+      throw;
+    }
     state_ = State::Ready;
   }
 
@@ -225,12 +230,16 @@ class BasicWorker {
   [[nodiscard]] Scheduler<Lanes...>& scheduler() noexcept { return *sched_; }
 
  private:
-  enum class State { New, Ready, Closed };
+  enum class State { New, Ready, Failed, Closed };
 
   void check_state(State want, const char* api, const char* when) const {
     if (state_ == want) return;
     if (state_ == State::Closed) {
       throw UsageError(fmt::format("Worker::{}: the Worker is closed; create a new one", api));
+    }
+    if (state_ == State::Failed) {
+      throw UsageError(fmt::format(
+          "Worker::{}: init() failed on this Worker; close it and create a new one", api));
     }
     throw UsageError(
         fmt::format("Worker::{}: only valid {} (the Worker is {})", api, when,
@@ -261,9 +270,6 @@ class BasicWorker {
           "ThreadTransport lane for this leaf; use ChildMode::Process");
     }
   }
-
-  template <class... Other>
-  friend class BasicWorker;
 
   void check_can_register(const char* api) const {
     if (state_ == State::Ready && has_process_children_) {
