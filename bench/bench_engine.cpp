@@ -64,14 +64,8 @@ Sizes sizes_for(const sb::Options& o) {
   return s;
 }
 
-std::string count_label(std::uint32_t n) {
-  if (n >= 1000 && n % 1000 == 0) return fmt::format("{}k", n / 1000);
-  return fmt::format("{}", n);
-}
-
-[[noreturn]] void fail(const std::string& what) {
-  throw std::runtime_error(what);
-}
+using sb::count_label;
+using sb::fail;
 
 /// Calls submit(i) for i in [0, n), in scopes of sz.scope_chunk tasks when n > sz.scope_threshold.
 template <class F>

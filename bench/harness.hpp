@@ -15,6 +15,8 @@
 //        --gap-ms N (sleep between contender runs), --csv-only (print only the csv lines), --help.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -261,6 +264,17 @@ inline void run_scenario(Report& rep, const std::string& scenario, const std::st
   for (std::size_t k = 0; k < contenders.size(); ++k) {
     rep.add(scenario, contenders[k].name, metric, summarise(std::move(samples[k])));
   }
+}
+
+/// "100k" for 100000, "1234" otherwise: the size part of a scenario name.
+inline std::string count_label(std::uint32_t n) {
+  if (n >= 1000 && n % 1000 == 0) return fmt::format("{}k", n / 1000);
+  return fmt::format("{}", n);
+}
+
+/// Ends the bench with an error (guarded_main prints it and exits 1).
+[[noreturn]] inline void fail(const std::string& what) {
+  throw std::runtime_error(what);
 }
 
 /// main() of a bench program: runs `run(argc, argv)` and turns an escaping exception into an

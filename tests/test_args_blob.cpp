@@ -16,6 +16,7 @@
 #include "simpler/error.hpp"
 #include "simpler/task_args.hpp"
 #include "simpler/types.hpp"
+#include "support/matchers.hpp"
 
 using simpler::ContinuousTensor;
 using simpler::DataType;
@@ -27,17 +28,7 @@ using simpler::UsageError;
 
 namespace {
 
-class WhatContains : public Catch::MatcherBase<std::exception> {
- public:
-  explicit WhatContains(std::string needle) : needle_(std::move(needle)) {}
-  bool match(const std::exception& e) const override {
-    return std::string_view(e.what()).find(needle_) != std::string_view::npos;
-  }
-  std::string describe() const override { return "what() contains \"" + needle_ + "\""; }
-
- private:
-  std::string needle_;
-};
+using simpler::testing::WhatContains;
 
 constexpr std::size_t kBufBytes = 1024;
 constexpr std::byte kSentinel{0xA5};

@@ -222,3 +222,36 @@ TEST_CASE("close reports a child that ended abnormally at shutdown", "[fork-shm]
   CHECK_THROWS_WITH(w.close(), Contains("next-level worker 0: its child exited with code 3"));
   CHECK_NOTHROW(w.close());  // reported once; the Worker is closed
 }
+
+TEST_CASE("work for a role whose every child died fails instead of waiting forever",
+          "[fork-shm][failure]") {
+  SharedArena arena;
+  auto& ran = arena.one<std::atomic<int>>(0);
+  Worker w(process_options(1));
+  auto die = w.register_sub("dies", [](TaskArgsView) { ::kill(::getpid(), SIGKILL); });
+  auto count = w.register_sub("count", [&ran](TaskArgsView) { ++ran; });
+  w.init();
+  CHECK_THROWS_AS(
+      w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(die); }),
+      TaskError);
+  // Shared work: no live sub worker can take it.
+  try {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(count); });
+    FAIL("run() did not throw");
+  } catch (const TaskError& e) {
+    CHECK(e.outcome() == Outcome::EndpointFailure);
+    CHECK_THAT(std::string(e.what()), Contains("no sub worker is left alive"));
+  }
+  // Work named for the dead worker fails at once, naming how its child ended.
+  try {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_sub(count, TaskArgs(), 0);
+    });
+    FAIL("run() did not throw");
+  } catch (const TaskError& e) {
+    CHECK(e.outcome() == Outcome::EndpointFailure);
+    CHECK_THAT(std::string(e.what()), Contains("killed by signal 9"));
+  }
+  CHECK(ran == 0);
+  CHECK_NOTHROW(w.close());
+}

@@ -21,6 +21,7 @@
 #include "simpler/error.hpp"
 #include "simpler/task_args.hpp"
 #include "simpler/types.hpp"
+#include "support/matchers.hpp"
 
 using simpler::CallableHandle;
 using simpler::CallableKind;
@@ -34,18 +35,7 @@ using simpler::UsageError;
 
 namespace {
 
-// Matches an exception whose what() contains `needle`.
-class WhatContains : public Catch::MatcherBase<std::exception> {
- public:
-  explicit WhatContains(std::string needle) : needle_(std::move(needle)) {}
-  bool match(const std::exception& e) const override {
-    return std::string_view(e.what()).find(needle_) != std::string_view::npos;
-  }
-  std::string describe() const override { return "what() contains \"" + needle_ + "\""; }
-
- private:
-  std::string needle_;
-};
+using simpler::testing::WhatContains;
 
 // A read-only, never-touched anonymous mapping: address space for spans too long to back with
 // real memory.

@@ -20,6 +20,10 @@ struct WorkerOptions;
 class Orchestrator;
 class SubWorker;
 struct ThreadTransport;
+struct ForkShmTransport;
+template <class W>
+class NestedWorker;
+class Worker;
 class Error;
 class UsageError;
 class TaskError;
