@@ -40,10 +40,10 @@ function(simpler_target_options target)
     -Wall
     -Wextra
     -Wpedantic
-    -Wnon-virtual-dtor
-    -Wold-style-cast
+    $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wold-style-cast>
     -Wcast-align
-    -Woverloaded-virtual
+    $<$<COMPILE_LANGUAGE:CXX>:-Woverloaded-virtual>
     -Wnull-dereference
     -Wimplicit-fallthrough)
   if(SIMPLER_WARNINGS_AS_ERRORS)

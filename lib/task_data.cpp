@@ -193,6 +193,26 @@ void CallConfig::validate() const {
         "CallConfig: diagnostics are enabled but output_prefix is empty; set the directory to "
         "write them to");
   }
+  for (std::size_t r = 0; r < 4; ++r) {
+    const auto w = runtime_env.ring_task_window[r];
+    if (w != 0 && (w < 4 || w > (std::uint64_t{1} << 20) || (w & (w - 1)) != 0)) {
+      throw UsageError(fmt::format(
+          "CallConfig: runtime_env.ring_task_window[{}] is {}; it must be 0 (default) or a power "
+          "of two in [4, 1048576]",
+          r, w));
+    }
+    const auto h = runtime_env.ring_heap[r];
+    if (h != 0 && h < 1024) {
+      throw UsageError(fmt::format(
+          "CallConfig: runtime_env.ring_heap[{}] is {} bytes; it must be 0 (default) or >= 1024", r,
+          h));
+    }
+    const auto d = runtime_env.ring_dep_pool[r];
+    if (d != 0 && d < 4) {
+      throw UsageError(fmt::format(
+          "CallConfig: runtime_env.ring_dep_pool[{}] is {}; it must be 0 (default) or >= 4", r, d));
+    }
+  }
 }
 
 std::uint64_t callable_digest(CallableKind kind, std::string_view name) noexcept {

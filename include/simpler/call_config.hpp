@@ -8,6 +8,14 @@
 
 namespace simpler {
 
+/// Per-ring sizing of a chip run's runtime (the device's task windows, heaps and dependency-list
+/// pools, one entry per scope-depth ring). 0 = the device default.
+struct RuntimeEnv {
+  std::array<std::uint64_t, 4> ring_task_window{};  ///< power of two in [4, 1 << 20]
+  std::array<std::uint64_t, 4> ring_heap{};         ///< bytes, >= 1024
+  std::array<std::uint64_t, 4> ring_dep_pool{};     ///< entries, >= 4
+};
+
 struct CallConfig {
   std::int32_t block_dim = 0;           ///< 0 = let the device pick its maximum
   std::int32_t aicpu_thread_num = 3;    ///< AICPU threads on the chip (1 orchestrator + schedulers)
@@ -16,6 +24,7 @@ struct CallConfig {
   std::int32_t enable_pmu = 0;  ///< 0 = off, > 0 selects the event type
   std::int32_t enable_dep_gen = 0;
   std::array<char, 1024> output_prefix{};  ///< NUL-terminated directory for diagnostics
+  RuntimeEnv runtime_env{};                ///< chip runtime sizing; zeros = device defaults
 
   /// True when any diagnostic output is requested.
   [[nodiscard]] bool wants_diagnostics() const noexcept {
@@ -24,7 +33,8 @@ struct CallConfig {
   }
   /// Throws UsageError naming the field when the config cannot be used: a negative block_dim or
   /// thread count, a swimlane level outside 0..4, diagnostics without an output_prefix, or an
-  /// output_prefix without its terminating NUL.
+  /// output_prefix without its terminating NUL, a task window that is not a power of two in
+  /// [4, 1 << 20], a heap under 1024 bytes, or a dependency pool under 4 entries.
   void validate() const;
 };
 

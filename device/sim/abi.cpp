@@ -1,0 +1,247 @@
+// The C ABI of the simulated device runtime (include/simpler/device/device_abi.h). Every entry
+// point checks its context pointer and turns C++ exceptions into status codes: nothing thrown
+// inside the runtime crosses into the host.
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <new>
+
+#include "sim.hpp"
+
+#define SIMPLER_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace simpler::sim {
+namespace {
+
+struct StatusInfo {
+  int code;
+  const char* name;
+  const char* meaning;
+};
+
+constexpr StatusInfo kStatuses[] = {
+    {SIMPLER_OK, "SIMPLER_OK", "success"},
+    {SIMPLER_ERR_INVALID_ARGUMENT, "SIMPLER_ERR_INVALID_ARGUMENT",
+     "an argument is NULL or out of range"},
+    {SIMPLER_ERR_NOT_INITIALISED, "SIMPLER_ERR_NOT_INITIALISED",
+     "the context is not initialised (call simpler_init)"},
+    {SIMPLER_ERR_FINALISED, "SIMPLER_ERR_FINALISED", "the context was finalised"},
+    {SIMPLER_ERR_RUN_ACTIVE, "SIMPLER_ERR_RUN_ACTIVE", "a run is in progress on the context"},
+    {SIMPLER_ERR_NO_RUN, "SIMPLER_ERR_NO_RUN", "there is no prepared or launched run"},
+    {SIMPLER_ERR_UNKNOWN_CALLABLE, "SIMPLER_ERR_UNKNOWN_CALLABLE",
+     "the callable id is not registered"},
+    {SIMPLER_ERR_DUPLICATE_CALLABLE, "SIMPLER_ERR_DUPLICATE_CALLABLE",
+     "the callable id is already registered"},
+    {SIMPLER_ERR_LOAD_FAILED, "SIMPLER_ERR_LOAD_FAILED",
+     "an orchestration or kernel shared object could not be loaded"},
+    {SIMPLER_ERR_OUT_OF_MEMORY, "SIMPLER_ERR_OUT_OF_MEMORY", "device memory is exhausted"},
+    {SIMPLER_ERR_SYSTEM, "SIMPLER_ERR_SYSTEM", "an operating-system call failed"},
+    {SIMPLER_ERR_ALREADY_INITIALISED, "SIMPLER_ERR_ALREADY_INITIALISED",
+     "the context is already initialised"},
+    {SIMPLER_ERR_CONTEXT_BROKEN, "SIMPLER_ERR_CONTEXT_BROKEN",
+     "a device thread is stuck in user code; the context cannot run again"},
+    {SIMPLER_ERR_SCOPE_DEADLOCK, "SIMPLER_ERR_SCOPE_DEADLOCK",
+     "a scope holds more tasks than its ring's task window"},
+    {SIMPLER_ERR_HEAP_RING_DEADLOCK, "SIMPLER_ERR_HEAP_RING_DEADLOCK",
+     "a heap ring is too small for the live outputs of the graph"},
+    {SIMPLER_ERR_FLOW_CONTROL_DEADLOCK, "SIMPLER_ERR_FLOW_CONTROL_DEADLOCK",
+     "a task window is too small for the live tasks of the graph"},
+    {SIMPLER_ERR_DEP_POOL_OVERFLOW, "SIMPLER_ERR_DEP_POOL_OVERFLOW",
+     "a dependency-list pool is exhausted"},
+    {SIMPLER_ERR_INVALID_TASK_ARGS, "SIMPLER_ERR_INVALID_TASK_ARGS",
+     "the orchestration submitted a task with invalid arguments"},
+    {SIMPLER_ERR_UNKNOWN_FUNC_ID, "SIMPLER_ERR_UNKNOWN_FUNC_ID",
+     "the orchestration named a func_id with no kernel"},
+    {SIMPLER_ERR_TOO_MANY_PRODUCERS, "SIMPLER_ERR_TOO_MANY_PRODUCERS",
+     "a task depends on more producer tasks than the runtime tracks"},
+    {SIMPLER_ERR_TENSOR_WAIT_TIMEOUT, "SIMPLER_ERR_TENSOR_WAIT_TIMEOUT",
+     "reading a tensor on the device waited too long for its writers"},
+    {SIMPLER_ERR_ORCH_FATAL, "SIMPLER_ERR_ORCH_FATAL", "the orchestration failed"},
+    {SIMPLER_ERR_SCOPE_OVERFLOW, "SIMPLER_ERR_SCOPE_OVERFLOW",
+     "scopes are unbalanced or nested too deep"},
+    {SIMPLER_ERR_TENSORMAP_OVERFLOW, "SIMPLER_ERR_TENSORMAP_OVERFLOW",
+     "too many live tensor writers for the TensorMap"},
+    {SIMPLER_ERR_ARG_COUNT, "SIMPLER_ERR_ARG_COUNT",
+     "the run's arguments do not match what the callable expects"},
+    {SIMPLER_ERR_KERNEL_FAILED, "SIMPLER_ERR_KERNEL_FAILED", "a kernel reported failure"},
+    {SIMPLER_ERR_KERNEL_FAULT, "SIMPLER_ERR_KERNEL_FAULT",
+     "a kernel faulted (invalid memory access, arithmetic error, illegal instruction)"},
+    {SIMPLER_ERR_SCHEDULER_TIMEOUT, "SIMPLER_ERR_SCHEDULER_TIMEOUT",
+     "the device made no progress within the watchdog period (stuck kernel or deadlock)"},
+};
+
+const StatusInfo* find_status(int status) noexcept {
+  for (const auto& s : kStatuses) {
+    if (s.code == status) return &s;
+  }
+  return nullptr;
+}
+
+template <class F>
+int guarded(Context* ctx, F&& f) noexcept {
+  if (ctx == nullptr) return SIMPLER_ERR_INVALID_ARGUMENT;
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    try {
+      return ctx->fail(SIMPLER_ERR_OUT_OF_MEMORY, "out of host memory inside the device runtime");
+    } catch (...) {
+      return SIMPLER_ERR_OUT_OF_MEMORY;
+    }
+  } catch (const std::exception& e) {
+    try {
+      return ctx->fail(SIMPLER_ERR_SYSTEM, fmt::format("device runtime error: {}", e.what()));
+    } catch (...) {
+      return SIMPLER_ERR_SYSTEM;
+    }
+  }
+}
+
+Context* as_ctx(simpler_device_context* c) noexcept {
+  return reinterpret_cast<Context*>(c);
+}
+const Context* as_ctx(const simpler_device_context* c) noexcept {
+  return reinterpret_cast<const Context*>(c);
+}
+
+}  // namespace
+
+const char* status_name(int status) noexcept {
+  const StatusInfo* s = find_status(status);
+  return s != nullptr ? s->name : "SIMPLER_ERR_UNKNOWN";
+}
+const char* status_meaning(int status) noexcept {
+  const StatusInfo* s = find_status(status);
+  return s != nullptr ? s->meaning : "an unknown status code (is the host newer than the runtime?)";
+}
+
+}  // namespace simpler::sim
+
+using simpler::sim::as_ctx;
+using simpler::sim::Context;
+using simpler::sim::guarded;
+
+SIMPLER_EXPORT uint32_t simpler_device_abi_version(void) {
+  return SIMPLER_DEVICE_ABI_VERSION;
+}
+SIMPLER_EXPORT const char* simpler_status_name(int status) {
+  return simpler::sim::status_name(status);
+}
+SIMPLER_EXPORT const char* simpler_status_meaning(int status) {
+  return simpler::sim::status_meaning(status);
+}
+
+SIMPLER_EXPORT simpler_device_context* simpler_create_context(void) {
+  try {
+    return reinterpret_cast<simpler_device_context*>(new Context());
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+SIMPLER_EXPORT void simpler_destroy_context(simpler_device_context* ctx) {
+  Context* c = as_ctx(ctx);
+  if (c == nullptr) return;
+  static_cast<void>(c->finalize());
+  // A broken context still has a thread inside user code that will touch it when it returns:
+  // leave it allocated (documented in device_abi.h).
+  if (!c->broken.load()) delete c;
+}
+
+SIMPLER_EXPORT int simpler_init(simpler_device_context* ctx, int32_t device_id,
+                                const simpler_init_options* opts) {
+  return guarded(as_ctx(ctx), [&] { return as_ctx(ctx)->init(device_id, opts); });
+}
+
+SIMPLER_EXPORT int simpler_finalize(simpler_device_context* ctx) {
+  return guarded(as_ctx(ctx), [&] { return as_ctx(ctx)->finalize(); });
+}
+
+SIMPLER_EXPORT const char* simpler_last_error(const simpler_device_context* ctx) {
+  return ctx == nullptr ? "NULL device context" : as_ctx(ctx)->last_error.c_str();
+}
+
+SIMPLER_EXPORT int simpler_get_stats(const simpler_device_context* ctx,
+                                     simpler_context_stats* out) {
+  if (ctx == nullptr || out == nullptr) return SIMPLER_ERR_INVALID_ARGUMENT;
+  as_ctx(ctx)->stats(out);
+  return SIMPLER_OK;
+}
+
+SIMPLER_EXPORT void* simpler_device_malloc(simpler_device_context* ctx, size_t bytes) {
+  if (ctx == nullptr) return nullptr;
+  try {
+    return as_ctx(ctx)->device_malloc(bytes);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+SIMPLER_EXPORT int simpler_device_free(simpler_device_context* ctx, void* ptr) {
+  return guarded(as_ctx(ctx), [&] { return as_ctx(ctx)->device_free(ptr); });
+}
+
+SIMPLER_EXPORT int simpler_copy_to_device(simpler_device_context* ctx, void* dev, const void* host,
+                                          size_t bytes) {
+  return guarded(as_ctx(ctx), [&] {
+    if ((dev == nullptr || host == nullptr) && bytes > 0) {
+      return as_ctx(ctx)->fail(SIMPLER_ERR_INVALID_ARGUMENT, "copy_to_device: NULL pointer");
+    }
+    if (bytes > 0) std::memcpy(dev, host, bytes);
+    return SIMPLER_OK;
+  });
+}
+
+SIMPLER_EXPORT int simpler_copy_from_device(simpler_device_context* ctx, void* host,
+                                            const void* dev, size_t bytes) {
+  return guarded(as_ctx(ctx), [&] {
+    if ((dev == nullptr || host == nullptr) && bytes > 0) {
+      return as_ctx(ctx)->fail(SIMPLER_ERR_INVALID_ARGUMENT, "copy_from_device: NULL pointer");
+    }
+    if (bytes > 0) std::memcpy(host, dev, bytes);
+    return SIMPLER_OK;
+  });
+}
+
+SIMPLER_EXPORT int simpler_register_callable(simpler_device_context* ctx, int32_t callable_id,
+                                             const simpler_chip_callable_desc* callable) {
+  return guarded(as_ctx(ctx),
+                 [&] { return as_ctx(ctx)->register_callable(callable_id, callable); });
+}
+
+SIMPLER_EXPORT int simpler_unregister_callable(simpler_device_context* ctx, int32_t callable_id) {
+  return guarded(as_ctx(ctx), [&] { return as_ctx(ctx)->unregister_callable(callable_id); });
+}
+
+SIMPLER_EXPORT int simpler_prepare_run(simpler_device_context* ctx, int32_t callable_id,
+                                       const simpler_task_args* args,
+                                       const simpler_run_config* config) {
+  return guarded(as_ctx(ctx), [&] { return as_ctx(ctx)->prepare_run(callable_id, args, config); });
+}
+
+SIMPLER_EXPORT int simpler_launch_run(simpler_device_context* ctx) {
+  return guarded(as_ctx(ctx), [&] { return as_ctx(ctx)->launch_run(); });
+}
+
+SIMPLER_EXPORT int simpler_wait_run(simpler_device_context* ctx) {
+  return guarded(as_ctx(ctx), [&] { return as_ctx(ctx)->wait_run(); });
+}
+
+SIMPLER_EXPORT int simpler_finalize_run(simpler_device_context* ctx) {
+  return guarded(as_ctx(ctx), [&] { return as_ctx(ctx)->finalize_run(); });
+}
+
+SIMPLER_EXPORT int simpler_run(simpler_device_context* ctx, int32_t callable_id,
+                               const simpler_task_args* args, const simpler_run_config* config) {
+  return guarded(as_ctx(ctx), [&] {
+    Context& c = *as_ctx(ctx);
+    if (const int rc = c.prepare_run(callable_id, args, config); rc != SIMPLER_OK) return rc;
+    if (const int rc = c.launch_run(); rc != SIMPLER_OK) {
+      static_cast<void>(c.finalize_run());
+      return rc;
+    }
+    static_cast<void>(c.wait_run());
+    return c.finalize_run();
+  });
+}

@@ -1,0 +1,414 @@
+// The simulated device runtime: internal types shared by its translation units.
+//
+// One Context per simpler_device_context. A Context owns persistent threads: AICPU threads (the
+// orchestrator and up to three schedulers) and AICore threads (per cluster one AIC and two AIV
+// cores). Between runs every thread sleeps on a futex; a run wakes them by bumping the run
+// generation. Nothing here is global: two contexts in one process share no state (the fault
+// handler is process-wide but only routes a signal to the thread that raised it).
+//
+// The tensormap_and_ringbuffer runtime ("TRB") lives in three kinds of memory:
+//  - the runtime arena (arena.cpp): ring control blocks, ready queues, the TensorMap, the
+//    dependency-list pools and the scope stack. Laid out and initialised once on the host for a
+//    sizing, uploaded with one copy, and at every boot only re-wired and reset (O(1) in the
+//    window size);
+//  - task memory: per ring a window of SlotState (hot, 64 B) and Payload (cold) records,
+//    initialised when a slot is allocated, never in bulk;
+//  - heap rings: per ring the bytes runtime-allocated outputs live in.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "simpler/detail/event_count.hpp"
+#include "simpler/device/device_abi.h"
+#include "simpler/device/task_abi.h"
+
+namespace simpler::sim {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr int kRings = 4;
+inline constexpr int kMaxScopeDepth = 64;
+inline constexpr int kMaxFanin = 64;
+inline constexpr int kMaxCallables = 64;
+inline constexpr int kMaxClusters = 16;
+inline constexpr int kMaxAicpuThreads = 4;
+inline constexpr std::uint64_t kDefaultWindow = 4096;
+inline constexpr std::uint64_t kDefaultHeap = std::uint64_t{64} << 20;
+inline constexpr std::uint64_t kHeapAlign = 1024;
+/// After a run failed, how much longer than the watchdog period a kernel may take to return
+/// before the context is declared broken.
+inline constexpr std::chrono::seconds kStuckGrace{5};
+
+enum class Shape : std::uint8_t { Aic = 0, Aiv = 1, Mix = 2 };
+inline constexpr int kShapes = 3;
+
+[[nodiscard]] inline std::uint64_t make_task_id(std::uint32_t ring, std::uint64_t local) noexcept {
+  return (std::uint64_t{ring} << 32) | (local & 0xffffffffULL);
+}
+[[nodiscard]] inline std::uint32_t ring_of(std::uint64_t id) noexcept {
+  return static_cast<std::uint32_t>(id >> 32);
+}
+[[nodiscard]] inline std::uint32_t local_of(std::uint64_t id) noexcept {
+  return static_cast<std::uint32_t>(id);
+}
+
+/// The per-ring sizes of one runtime arena (what a run's config resolves to).
+struct Sizing {
+  std::uint64_t window[kRings];
+  std::uint64_t heap[kRings];
+  std::uint64_t dep_pool[kRings];
+  std::uint64_t tensormap_entries;
+  std::uint64_t tensormap_buckets;
+  bool operator==(const Sizing&) const = default;
+};
+
+// ---- task memory ----------------------------------------------------------------------------
+
+enum SlotStateValue : std::uint32_t { kSlotPending = 0, kSlotCompleted = 1, kSlotConsumed = 2 };
+
+/// The hot record of a task. `lock` guards `state`'s transitions, `fanout_head` and the
+/// claim of new references; `refs` counts the holders that keep the slot from being consumed:
+/// the enclosing scope, the task's own completion, and one per consumer that read it.
+struct alignas(64) SlotState {
+  std::atomic<std::uint32_t> lock{0};
+  std::atomic<std::uint32_t> state{kSlotConsumed};
+  std::uint64_t task_id = SIMPLER_INVALID_TASK_ID;
+  std::atomic<std::int32_t> fanin_remaining{0};
+  std::atomic<std::int32_t> refs{0};
+  std::uint64_t fanout_head = 0;  ///< dependency-list link (0 = empty); guarded by lock
+  std::atomic<std::int32_t> lanes_left{0};
+  std::atomic<std::uint8_t> scope_open{0};
+  std::uint8_t shape = 0;
+  std::uint8_t lane_mask = 0;  ///< bit 0 AIC, bit 1 AIV0, bit 2 AIV1
+  std::uint64_t heap_begin = 0;
+  std::uint64_t heap_end = 0;
+  std::uint64_t dep_pool_mark = 0;
+};
+
+/// The cold record of a task: what its kernels receive, and the producers it holds.
+struct Payload {
+  std::int32_t tensor_count = 0;
+  std::int32_t scalar_count = 0;
+  std::int32_t fanin_count = 0;
+  std::int32_t kernels[3] = {-1, -1, -1};
+  std::uint64_t fanin[kMaxFanin];
+  simpler_chip_tensor tensors[SIMPLER_MAX_TASK_TENSORS];
+  std::uint64_t scalars[SIMPLER_MAX_TASK_SCALARS];
+};
+
+// ---- arena components ------------------------------------------------------------------------
+
+/// A bounded MPMC queue of task ids (Vyukov): one sequence number per cell, no locks.
+struct QueueCell {
+  std::atomic<std::uint64_t> seq;
+  std::uint64_t item;
+};
+struct alignas(64) ReadyQueue {
+  alignas(64) std::atomic<std::uint64_t> enqueue_pos{0};
+  alignas(64) std::atomic<std::uint64_t> dequeue_pos{0};
+  alignas(64) std::uint64_t mask = 0;
+  QueueCell* cells = nullptr;  ///< wired
+
+  bool push(std::uint64_t item) noexcept;
+  bool pop(std::uint64_t& item) noexcept;
+  [[nodiscard]] bool empty() const noexcept {
+    return dequeue_pos.load(std::memory_order_seq_cst) >=
+           enqueue_pos.load(std::memory_order_seq_cst);
+  }
+};
+
+/// A dependency-list node: "consumer waits on the producer whose list holds this node".
+struct DepEntry {
+  std::uint64_t consumer;
+  std::uint64_t next;  ///< link: ring << 56 | (linear index + 1); 0 = end
+};
+
+/// Per ring: the task window's counters, the heap bump pointer and the dependency-list pool.
+struct alignas(64) RingControl {
+  alignas(64) std::atomic<std::uint64_t> current{0};     ///< next local id (orchestrator)
+  alignas(64) std::atomic<std::uint64_t> last_alive{0};  ///< oldest unretired local id
+  std::atomic<std::uint32_t> advance_lock{0};
+  std::atomic<std::uint32_t> advance_pending{0};
+  alignas(64) std::uint64_t heap_top = 0;  ///< orchestrator-private
+  std::uint64_t dep_top = 0;               ///< orchestrator-private
+  std::atomic<std::uint64_t> dep_tail{0};  ///< advanced on retirement
+  std::uint64_t window = 0, mask = 0, heap_size = 0, dep_capacity = 0;
+  SlotState* slots = nullptr;  ///< task memory (wired)
+  Payload* payloads = nullptr;
+  std::byte* heap = nullptr;
+  DepEntry* deps = nullptr;  ///< arena (wired)
+};
+
+/// One TensorMap entry: "task `producer` writes bytes [begin, end) of the buffer at `addr`".
+struct TmEntry {
+  std::uint64_t addr;
+  std::uint64_t begin, end;
+  std::uint64_t producer;
+  std::uint32_t bucket_next, bucket_prev;  ///< index + 1; 0 = none
+  std::uint32_t fifo_next;                 ///< index + 1; per-ring insertion order
+  std::uint32_t bucket;
+  std::uint32_t linked;  ///< 1 while in a bucket chain
+  std::uint32_t pad;
+};
+struct TmBucket {
+  std::uint32_t epoch;
+  std::uint32_t head;  ///< index + 1
+};
+struct TensorMap {
+  std::uint32_t epoch = 1;
+  std::uint32_t bucket_mask = 0;
+  std::uint32_t capacity = 0;
+  std::uint32_t bump = 0;       ///< entries handed out so far by the bump allocator
+  std::uint32_t free_head = 0;  ///< index + 1
+  std::uint32_t live = 0;
+  std::uint32_t fifo_head[kRings] = {};
+  std::uint32_t fifo_tail[kRings] = {};
+  TmBucket* buckets = nullptr;  ///< wired
+  TmEntry* entries = nullptr;   ///< wired
+};
+
+/// The scope stack: the ids of the tasks each open scope holds.
+struct ScopeStack {
+  std::uint32_t depth = 0;
+  std::uint64_t capacity = 0;
+  std::uint64_t top = 0;
+  std::uint64_t begin[kMaxScopeDepth] = {};
+  std::uint64_t* tasks = nullptr;  ///< wired
+};
+
+/// Where each component lives in the arena (byte offsets from its base).
+struct ArenaLayout {
+  std::size_t off_header = 0;
+  std::size_t off_queue_cells[kShapes] = {};
+  std::size_t off_deps[kRings] = {};
+  std::size_t off_tm_buckets = 0;
+  std::size_t off_tm_entries = 0;
+  std::size_t off_scope_tasks = 0;
+  std::size_t size = 0;
+};
+
+/// The arena header: everything a boot resets lives here.
+struct ArenaHeader {
+  std::uint64_t magic = 0;
+  Sizing sizing{};
+  ArenaLayout layout{};
+  RingControl rings[kRings];
+  ReadyQueue queues[kShapes];
+  TensorMap tmap;
+  ScopeStack scopes;
+};
+
+ArenaLayout reserve_layout(const Sizing& s);
+/// Writes every data field of a fresh arena image at `base` (zeroes, queue sequence ramps).
+void init_arena_data(std::byte* base, const ArenaLayout& layout, const Sizing& s);
+/// Points every arena-internal pointer at `base` + its offset. Idempotent.
+void wire_arena_pointers(std::byte* base);
+
+// ---- cores --------------------------------------------------------------------------------------
+
+inline constexpr std::uint32_t kRegIdle = 0x7ffffffdU;  ///< DMB: window open, no task
+inline constexpr std::uint32_t kRegExit = 0x7ffffff0U;  ///< DMB: leave the run loop
+inline constexpr std::uint32_t kCondFin = 0x80000000U;
+
+/// One AICore's handshake registers and dispatch payload. The owning scheduler writes args and
+/// then the DMB token (release); the core answers through COND (release) and wakes the scheduler.
+struct alignas(64) Core {
+  std::atomic<std::uint32_t> dmb{0};
+  std::atomic<std::uint32_t> cond{0};
+  detail::EventCount wake;
+  std::int64_t args[SIMPLER_KERNEL_ARGS] = {};
+  simpler_local_context local{};
+  simpler_global_context global{};
+  simpler_kernel_fn fn = nullptr;
+  // Written by the core for the scheduler to read after FIN.
+  std::int32_t fault_signal = 0;
+  std::uint64_t fault_addr = 0;
+  // Owning scheduler's private view.
+  std::uint64_t running = SIMPLER_INVALID_TASK_ID;
+  std::uint32_t token = 0;
+  std::uint32_t seq = 0;
+  std::int32_t func_id = -1;
+  Clock::time_point started{};
+  int scheduler = -1;
+  std::thread thread;
+};
+
+// ---- callables ------------------------------------------------------------------------------
+
+struct Callable {
+  bool registered = false;
+  std::string orch_path;
+  void* orch_handle = nullptr;
+  simpler_orch_entry_fn entry = nullptr;
+  std::int32_t expected_args = 0;
+  std::vector<simpler_kernel_fn> kernels;  ///< by func_id; nullptr = none
+  std::vector<void*> kernel_handles;
+};
+
+// ---- the context ---------------------------------------------------------------------------
+
+enum class Phase { Idle, Prepared, Running, Finished };
+
+class Context;
+
+/// The runtime handle an orchestration receives; `ops` must stay the first member.
+struct OrchRuntime {
+  simpler_orch_runtime base;
+  Context* ctx;
+};
+
+class Context {
+ public:
+  Context();
+  ~Context();
+
+  // C API, each returns a status and sets last_error on failure.
+  int init(std::int32_t device_id, const simpler_init_options* opts);
+  int finalize();
+  void* device_malloc(std::size_t bytes);
+  int device_free(void* p);
+  int register_callable(std::int32_t id, const simpler_chip_callable_desc* desc);
+  int unregister_callable(std::int32_t id);
+  int prepare_run(std::int32_t id, const simpler_task_args* args, const simpler_run_config* cfg);
+  int launch_run();
+  int wait_run();
+  int finalize_run();
+  void stats(simpler_context_stats* out) const;
+
+  int fail(int status, std::string message);  ///< records last_error, returns status
+  std::string last_error;
+
+  // ---- run state, shared by the device threads --------------------------------------------
+  /// Latches the run's first error (later ones are dropped). Wakes every waiter.
+  void latch(int status, std::string message);
+  [[nodiscard]] bool fatal() const noexcept {
+    return run_status_.load(std::memory_order_seq_cst) != 0;
+  }
+  void notify_schedulers() noexcept;
+  void notify_progress() noexcept;
+
+  // Orchestrator side (orchestrator.cpp)
+  std::uint64_t submit(simpler_mixed_kernels k, const simpler_task_builder* b,
+                       simpler_chip_tensor* outputs);
+  void scope_begin();
+  void scope_end();
+  void end_scope(bool by_runtime);
+  int alloc_tensor(const std::uint32_t* shapes, std::uint32_t ndims, std::uint8_t dtype,
+                   simpler_chip_tensor* out);
+  int read_tensor(const simpler_chip_tensor* t, std::uint64_t off, void* dst, std::uint64_t n);
+
+  // Scheduler side (scheduler.cpp)
+  void scheduler_main(int index);
+  void run_scheduler(int index);
+  void dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id);
+  void finish_core(Core& c);
+  std::string stall_report(const std::vector<std::uint32_t>& owned, Clock::time_point now);
+  void core_main(int index);
+  void orchestrator_main();
+
+  // Shared helpers (orchestrator.cpp)
+  SlotState& slot_of(std::uint64_t id) noexcept;
+  Payload& payload_of(std::uint64_t id) noexcept;
+  void release_ref(std::uint64_t id) noexcept;    ///< drop one reference; consume at zero
+  void complete_task(std::uint64_t id) noexcept;  ///< COMPLETED, wake consumers, release fanin
+  void advance_ring(std::uint32_t ring) noexcept;
+  void push_ready(std::uint64_t id) noexcept;
+
+  // ---- configuration ------------------------------------------------------------------------
+  std::int32_t device_id = -1;
+  std::uint32_t num_clusters = 2;
+  std::int32_t default_aicpu_threads = 3;
+  std::chrono::milliseconds scheduler_timeout{10'000};
+  std::chrono::milliseconds resource_wait{2'000};
+  std::chrono::milliseconds tensor_wait{15'000};
+
+  // ---- lifecycle ------------------------------------------------------------------------------
+  bool initialised = false;
+  bool finalised = false;
+  std::atomic<bool> broken{false};  ///< a device thread is stuck in user code
+  bool orch_stuck = false;          ///< ... and it is the orchestrator
+  std::string broken_reason;        ///< guarded by msg_mu
+  Phase phase = Phase::Idle;
+  Callable callables[kMaxCallables];
+
+  // Device memory (1024-aligned blocks).
+  mutable std::mutex mem_mu;
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  std::size_t committed = 0;
+
+  // Runtime arena: host image, device copy, task memory and heaps for one sizing.
+  bool have_arena = false;
+  Sizing arena_sizing{};
+  std::vector<std::byte> host_image;
+  std::byte* arena = nullptr;
+  std::size_t arena_size = 0;
+  void* task_memory = nullptr;
+  std::size_t task_memory_size = 0;
+  void* heap_memory = nullptr;
+  std::size_t heap_memory_size = 0;
+  bool arena_dirty = false;  ///< a failed run left work in the queues
+  int ensure_arena(const Sizing& s);
+  void release_arena() noexcept;
+  void boot();
+  [[nodiscard]] ArenaHeader& header() const noexcept {
+    return *reinterpret_cast<ArenaHeader*>(arena);
+  }
+
+  // Counters.
+  std::uint64_t n_orch_loads = 0, n_kernel_loads = 0, n_arena_builds = 0, n_arena_uploads = 0;
+  std::uint64_t n_boots = 0, n_runs = 0, n_tasks_completed = 0, n_last_boot_ns = 0;
+
+  // ---- the current run ------------------------------------------------------------------------
+  std::int32_t run_callable = -1;
+  int run_threads = 3;  ///< AICPU threads of this run (1 orchestrator + run_threads - 1 schedulers)
+  std::vector<simpler_chip_tensor> run_tensors;
+  std::vector<std::uint64_t> run_scalars;
+  OrchRuntime orch_rt{};
+
+  std::atomic<int> run_status_{0};
+  std::mutex msg_mu;
+  std::string run_message;
+  std::atomic<std::uint32_t> orch_done{0};
+  std::atomic<std::uint64_t> submitted{0};
+  std::atomic<std::uint64_t> completed{0};
+  std::atomic<std::uint64_t> progress{0};  ///< bumped on every completion and dispatch
+  std::atomic<int> cores_busy{0};          ///< cores running a kernel
+  std::atomic<std::uint32_t> threads_done{0};
+  detail::EventCount done_event;
+  detail::EventCount progress_event;  ///< the orchestrator waits on it for resources
+
+  // ---- threads --------------------------------------------------------------------------------
+  std::atomic<std::uint32_t> generation{0};
+  std::atomic<std::uint32_t> stopping{0};
+  detail::EventCount launch_event;
+  std::thread orch_thread;
+  std::thread sched_threads[kMaxAicpuThreads - 1];
+  detail::EventCount sched_wake[kMaxAicpuThreads - 1];
+  std::unique_ptr<Core[]> cores;  ///< [0, C) AIC, [C, 3C) AIV pairs
+  std::uint32_t core_count = 0;
+  int start_threads();
+  void stop_threads() noexcept;
+
+  // Orchestrator-private state for the run.
+  std::uint64_t scope_tasks_on_ring(std::uint32_t ring) const noexcept;
+};
+
+/// The function table every orchestration receives.
+const simpler_orch_ops* orch_ops() noexcept;
+
+/// Installs the process-wide fault handler once (SIGSEGV, SIGBUS, SIGFPE, SIGILL).
+void install_fault_handler();
+
+const char* status_name(int status) noexcept;
+const char* status_meaning(int status) noexcept;
+
+}  // namespace simpler::sim

@@ -1,0 +1,187 @@
+/* simpler — the device runtime C ABI (L2).
+ *
+ * A device runtime is a shared library implementing the functions below with C linkage. The
+ * host side (simpler::ChipWorker) loads it with dlopen(RTLD_LOCAL), resolves every symbol once,
+ * and refuses a library whose simpler_device_abi_version() differs from
+ * SIMPLER_DEVICE_ABI_VERSION. This header compiles as C99 and as C++.
+ *
+ * Conventions
+ *  - Every function taking a context accepts NULL and returns SIMPLER_ERR_INVALID_ARGUMENT (or
+ *    NULL / 0 for functions that return pointers or sizes).
+ *  - Status codes: 0 is success, negative values are the SIMPLER_ERR_* codes below. After a
+ *    failing call, simpler_last_error(ctx) holds a message naming the cause and what to do.
+ *    simpler_status_name()/simpler_status_meaning() describe a code without a context.
+ *  - One thread drives a context at a time (the caller serialises calls on one context). Distinct
+ *    contexts are independent and may be driven from different threads at the same time.
+ *  - The simulated device shares the host's address space: "device" memory is host memory, and
+ *    host tensors are used in place (no staging copies).
+ */
+#ifndef SIMPLER_DEVICE_DEVICE_ABI_H
+#define SIMPLER_DEVICE_DEVICE_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Bumped whenever a struct layout or a function signature below changes. */
+#define SIMPLER_DEVICE_ABI_VERSION 1u
+
+/* ---- status codes ---------------------------------------------------------------------- */
+/* Host API misuse. */
+#define SIMPLER_OK 0
+#define SIMPLER_ERR_INVALID_ARGUMENT (-1)   /* a NULL pointer, a size or id out of range */
+#define SIMPLER_ERR_NOT_INITIALISED (-2)    /* simpler_init() was not called (or failed) */
+#define SIMPLER_ERR_FINALISED (-3)          /* the context was finalised */
+#define SIMPLER_ERR_RUN_ACTIVE (-4)         /* the call needs no run in progress */
+#define SIMPLER_ERR_NO_RUN (-5)             /* launch/wait/finalize_run without prepare */
+#define SIMPLER_ERR_UNKNOWN_CALLABLE (-6)   /* the callable id is not registered */
+#define SIMPLER_ERR_DUPLICATE_CALLABLE (-7) /* the callable id is already registered */
+#define SIMPLER_ERR_LOAD_FAILED (-8)        /* dlopen/dlsym of an orchestration or kernel .so */
+#define SIMPLER_ERR_OUT_OF_MEMORY (-9)      /* device memory or the runtime arena */
+#define SIMPLER_ERR_SYSTEM (-10)            /* an OS call failed (threads, mmap) */
+#define SIMPLER_ERR_ALREADY_INITIALISED (-11)
+#define SIMPLER_ERR_CONTEXT_BROKEN (-12) /* a kernel never returned; destroy the context */
+/* Failures of a run, found on the device. */
+#define SIMPLER_ERR_SCOPE_DEADLOCK (-101)        /* a scope holds more tasks than its window */
+#define SIMPLER_ERR_HEAP_RING_DEADLOCK (-102)    /* heap space can never be freed in time */
+#define SIMPLER_ERR_FLOW_CONTROL_DEADLOCK (-103) /* task window never frees in time */
+#define SIMPLER_ERR_DEP_POOL_OVERFLOW (-104)     /* dependency-list pool exhausted */
+#define SIMPLER_ERR_INVALID_TASK_ARGS (-105)     /* too many tensors/scalars, bad tags, ... */
+#define SIMPLER_ERR_UNKNOWN_FUNC_ID (-106)       /* a submit names a func_id with no kernel */
+#define SIMPLER_ERR_TOO_MANY_PRODUCERS (-107)    /* a task depends on more producers than fit */
+#define SIMPLER_ERR_TENSOR_WAIT_TIMEOUT (-108)   /* get_tensor_data waited past its deadline */
+#define SIMPLER_ERR_ORCH_FATAL (-109)            /* the orchestration reported a fatal error */
+#define SIMPLER_ERR_SCOPE_OVERFLOW (-110)        /* scopes nested deeper than allowed */
+#define SIMPLER_ERR_TENSORMAP_OVERFLOW (-111)    /* too many live tensor writers */
+#define SIMPLER_ERR_ARG_COUNT (-112)             /* the run's args do not match the callable */
+#define SIMPLER_ERR_KERNEL_FAILED (-120)         /* a kernel reported failure */
+#define SIMPLER_ERR_KERNEL_FAULT (-121)          /* a kernel raised SIGSEGV/SIGBUS/SIGFPE/... */
+#define SIMPLER_ERR_SCHEDULER_TIMEOUT (-200)     /* no progress within the watchdog period */
+
+/* ---- plain data ------------------------------------------------------------------------ */
+typedef struct simpler_device_context simpler_device_context;
+
+/** A host tensor as the host passes it: the 40-byte layout of simpler::ContinuousTensor. */
+typedef struct simpler_tensor {
+  uint64_t data;
+  uint32_t shapes[5];
+  uint32_t ndims;
+  uint8_t dtype; /* simpler::DataType */
+  uint8_t child_memory;
+  uint8_t reserved[6];
+} simpler_tensor;
+
+/** A run's arguments: the layout of simpler::TaskArgsView (tensors first, then scalars). */
+typedef struct simpler_task_args {
+  int32_t tensor_count;
+  int32_t scalar_count;
+  const simpler_tensor* tensors;
+  const uint64_t* scalars;
+} simpler_task_args;
+
+/** Context-wide settings, fixed at simpler_init(). Zero fields take the default. */
+typedef struct simpler_init_options {
+  uint32_t struct_size;          /* sizeof(simpler_init_options); 0 = defaults for everything */
+  uint32_t num_clusters;         /* AICore clusters (1 AIC + 2 AIV each); default 2, max 16 */
+  int32_t aicpu_thread_num;      /* default AICPU threads per run (2..4); default 3 */
+  uint32_t scheduler_timeout_ms; /* no-progress watchdog; default 10000 */
+  uint32_t resource_wait_ms;     /* back-pressure backstop (window, heap, pools); default 2000 */
+  uint32_t tensor_wait_ms;       /* get_tensor_data deadline; default 15000 */
+} simpler_init_options;
+
+/** Per-run settings. Zero fields take the default. */
+typedef struct simpler_run_config {
+  uint32_t struct_size;         /* sizeof(simpler_run_config) */
+  int32_t aicpu_thread_num;     /* 0 = the context default; else 2..4 */
+  uint64_t ring_task_window[4]; /* tasks per ring, power of two in [4, 1<<20]; default 4096 */
+  uint64_t ring_heap[4];        /* heap bytes per ring, >= 1024; default 64 MiB */
+  uint64_t ring_dep_pool[4];    /* dependency-list entries per ring, >= 4; default 4 x window */
+} simpler_run_config;
+
+/** One kernel of a chip callable: a shared object exporting `symbol` (default kernel_entry). */
+typedef struct simpler_kernel_desc {
+  int32_t func_id;    /* 0..1023, unique within the callable */
+  const char* path;   /* the kernel .so */
+  const char* symbol; /* NULL = "kernel_entry" */
+} simpler_kernel_desc;
+
+/** A chip callable: an orchestration shared object plus its kernel table. */
+typedef struct simpler_chip_callable_desc {
+  uint32_t struct_size;   /* sizeof(simpler_chip_callable_desc) */
+  const char* orch_path;  /* the orchestration .so */
+  const char* orch_entry; /* NULL = "aicpu_orchestration_entry" */
+  uint32_t kernel_count;
+  const simpler_kernel_desc* kernels;
+} simpler_chip_callable_desc;
+
+/** Counters a context keeps; tests and benchmarks read them. */
+typedef struct simpler_context_stats {
+  uint32_t struct_size;
+  uint32_t reserved;
+  uint64_t orch_so_loads;   /* orchestration .so files loaded (at register time) */
+  uint64_t kernel_so_loads; /* kernel .so files loaded */
+  uint64_t arena_builds;    /* runtime arenas laid out and initialised on the host */
+  uint64_t arena_uploads;   /* arena images copied to the device */
+  uint64_t boots;           /* device boots (one per launched run) */
+  uint64_t runs;            /* runs finished, successful or not */
+  uint64_t tasks_completed; /* tasks completed over all runs */
+  uint64_t last_boot_ns;    /* wall time of the last boot (re-wire + reset) */
+  uint64_t committed_bytes; /* device memory held by simpler_device_malloc */
+  uint32_t num_clusters;
+  uint32_t aic_cores;
+  uint32_t aiv_cores;
+  uint32_t reserved2;
+} simpler_context_stats;
+
+/* ---- functions ------------------------------------------------------------------------- */
+uint32_t simpler_device_abi_version(void);
+const char* simpler_status_name(int status);    /* "SIMPLER_ERR_..."; never NULL */
+const char* simpler_status_meaning(int status); /* one sentence; never NULL */
+
+simpler_device_context* simpler_create_context(void);
+/** Finalises if needed and frees the context. NULL is a no-op. A context left broken by a kernel
+ *  or orchestration that never returned (SIMPLER_ERR_CONTEXT_BROKEN) is finalised but not freed:
+ *  the stuck thread still refers to it. */
+void simpler_destroy_context(simpler_device_context* ctx);
+/** Attaches the context to a device id and starts its AICPU/AICore threads (they sleep until a
+ *  run). `opts` may be NULL. Fails with SIMPLER_ERR_ALREADY_INITIALISED on a second call. */
+int simpler_init(simpler_device_context* ctx, int32_t device_id, const simpler_init_options* opts);
+/** Stops the threads, unregisters every callable and frees device memory. */
+int simpler_finalize(simpler_device_context* ctx);
+/** The message of the last failing call on this context ("" if none). Valid until the next call. */
+const char* simpler_last_error(const simpler_device_context* ctx);
+int simpler_get_stats(const simpler_device_context* ctx, simpler_context_stats* out);
+
+void* simpler_device_malloc(simpler_device_context* ctx, size_t bytes); /* 1024-aligned */
+int simpler_device_free(simpler_device_context* ctx, void* ptr);
+int simpler_copy_to_device(simpler_device_context* ctx, void* dev, const void* host, size_t bytes);
+int simpler_copy_from_device(simpler_device_context* ctx, void* host, const void* dev,
+                             size_t bytes);
+
+/** Loads the orchestration and kernel .so files once and files them under `callable_id`
+ *  (0..63). Nothing is loaded again for later runs. */
+int simpler_register_callable(simpler_device_context* ctx, int32_t callable_id,
+                              const simpler_chip_callable_desc* callable);
+int simpler_unregister_callable(simpler_device_context* ctx, int32_t callable_id);
+
+/** The phases of one run: prepare (check arguments, bind the callable and the runtime arena),
+ *  launch (boot the device: re-wire the arena, reset shared state, start orchestration and
+ *  scheduling), wait (block until the device finishes; the watchdog bounds it), finalize (read
+ *  the outcome, release the run). simpler_run() does all four. The args must stay valid until
+ *  finalize. The status of a failed run is one of the run-failure codes above. */
+int simpler_prepare_run(simpler_device_context* ctx, int32_t callable_id,
+                        const simpler_task_args* args, const simpler_run_config* config);
+int simpler_launch_run(simpler_device_context* ctx);
+int simpler_wait_run(simpler_device_context* ctx);
+int simpler_finalize_run(simpler_device_context* ctx);
+int simpler_run(simpler_device_context* ctx, int32_t callable_id, const simpler_task_args* args,
+                const simpler_run_config* config);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SIMPLER_DEVICE_DEVICE_ABI_H */

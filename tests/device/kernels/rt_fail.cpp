@@ -1,0 +1,6 @@
+// Test kernel: reports failure.
+#include <simpler/device/orchestration.hpp>
+
+SIMPLER_KERNEL(args) {
+  args.fail("deliberate failure from rt_fail");
+}

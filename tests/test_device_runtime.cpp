@@ -1,0 +1,412 @@
+// The simulated device runtime through its C ABI alone (no ChipWorker): dependency order, the
+// arena reused across runs, and every bad input the issue lists, each ending in a named status
+// with the context still usable where it can be.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "support/device_api.hpp"
+
+namespace {
+
+using simpler_test::device_module;
+using simpler_test::DeviceApi;
+
+enum Case {
+  kIndependent = 0,
+  kUnknownFunc = 1,
+  kTooManyTensors = 2,
+  kTooManyScalars = 3,
+  kScopeDeadlock = 4,
+  kHeapTooSmall = 5,
+  kHeapScopeDeadlock = 6,
+  kKernelFails = 7,
+  kKernelFaults = 8,
+  kWaitsOnItself = 9,
+  kStuckKernel = 10,
+  kUnbalancedScope = 11,
+  kReportFatal = 12,
+  kChain = 13,
+  kScopeLeftOpen = 14,
+  kAllocChain = 15,
+};
+
+/// One initialised context with the rt_cases callable registered under id 0.
+struct Device {
+  const DeviceApi& api = DeviceApi::sim();
+  simpler_device_context* ctx = nullptr;
+  std::array<std::int32_t, 16> data{};
+  std::array<std::int32_t, 16> flag{};
+  std::array<std::string, 6> paths;
+  std::array<simpler_kernel_desc, 6> kernels{};
+  std::string orch = device_module("test_orch_rt_cases.so");
+
+  explicit Device(simpler_init_options opts = {}, std::int32_t device_id = 0) {
+    ctx = api.simpler_create_context();
+    REQUIRE(ctx != nullptr);
+    opts.struct_size = sizeof opts;
+    REQUIRE(api.simpler_init(ctx, device_id, &opts) == SIMPLER_OK);
+    const char* names[] = {"rt_noop", "rt_fail", "rt_fault", "rt_spin", "rt_inc", "rt_fill"};
+    for (int i = 0; i < 6; ++i) {
+      paths[i] = device_module(std::string("test_kernel_") + names[i] + ".so");
+      kernels[i] = {i, paths[i].c_str(), nullptr};
+    }
+    REQUIRE(register_at(0) == SIMPLER_OK);
+  }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  ~Device() { api.simpler_destroy_context(ctx); }
+
+  int register_at(std::int32_t id) {
+    simpler_chip_callable_desc d{};
+    d.struct_size = sizeof d;
+    d.orch_path = orch.c_str();
+    d.kernel_count = static_cast<std::uint32_t>(kernels.size());
+    d.kernels = kernels.data();
+    return api.simpler_register_callable(ctx, id, &d);
+  }
+
+  int run(int which, std::uint64_t n, const simpler_run_config* cfg = nullptr, int id = 0) {
+    simpler_tensor t[2]{};
+    for (int i = 0; i < 2; ++i) {
+      t[i].data = reinterpret_cast<std::uintptr_t>(i == 0 ? data.data() : flag.data());
+      t[i].ndims = 1;
+      t[i].shapes[0] = 16;
+      t[i].dtype = SIMPLER_INT32;
+    }
+    const std::uint64_t scalars[2] = {static_cast<std::uint64_t>(which), n};
+    const simpler_task_args args{2, 2, t, scalars};
+    return api.simpler_run(ctx, id, &args, cfg);
+  }
+  [[nodiscard]] std::string error() const { return api.simpler_last_error(ctx); }
+  [[nodiscard]] simpler_context_stats stats() const {
+    simpler_context_stats s{};
+    REQUIRE(api.simpler_get_stats(ctx, &s) == SIMPLER_OK);
+    return s;
+  }
+  /// The context still runs a small graph correctly.
+  void check_usable() {
+    data.fill(0);
+    const int rc = run(kChain, 5);
+    INFO(error());
+    REQUIRE(rc == SIMPLER_OK);
+    CHECK(data[0] == 5);
+    CHECK(data[15] == 5);
+  }
+};
+
+simpler_run_config small_rings(std::uint64_t window, std::uint64_t heap) {
+  simpler_run_config c{};
+  c.struct_size = sizeof c;
+  for (int r = 0; r < 4; ++r) {
+    c.ring_task_window[r] = window;
+    c.ring_heap[r] = heap;
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the simulator reports the ABI version this host was built against", "[device][abi]") {
+  CHECK(DeviceApi::sim().simpler_device_abi_version() == SIMPLER_DEVICE_ABI_VERSION);
+  CHECK(std::string(DeviceApi::sim().simpler_status_name(SIMPLER_ERR_KERNEL_FAULT)) ==
+        "SIMPLER_ERR_KERNEL_FAULT");
+  CHECK(std::string(DeviceApi::sim().simpler_status_name(-12345)) == "SIMPLER_ERR_UNKNOWN");
+}
+
+TEST_CASE("an InOut chain over AIC and AIV cores runs in submission order", "[device][deps]") {
+  Device d;
+  REQUIRE(d.run(kChain, 300) == SIMPLER_OK);
+  for (auto v : d.data) CHECK(v == 300);
+}
+
+TEST_CASE("a runtime-allocated buffer orders its fill, increments and the device-side read",
+          "[device][deps]") {
+  Device d;
+  REQUIRE(d.run(kAllocChain, 40) == SIMPLER_OK);
+  CHECK(d.flag[0] == 40);
+  // Again, on heap memory the first run left dirty: the fill task must come first again.
+  d.flag[0] = 0;
+  REQUIRE(d.run(kAllocChain, 7) == SIMPLER_OK);
+  CHECK(d.flag[0] == 7);
+}
+
+TEST_CASE("independent tasks recycle the task window and heap of an inner ring",
+          "[device][rings]") {
+  Device d;
+  // 3000 tasks with outputs in the run's own scope need a window of 4096.
+  REQUIRE(d.run(kIndependent, 3000) == SIMPLER_OK);
+  CHECK(d.stats().tasks_completed == 3000);
+}
+
+TEST_CASE("many runs of one callable load it once and build the arena once", "[device][arena]") {
+  Device d;
+  for (int i = 0; i < 20; ++i) {
+    d.data.fill(0);
+    REQUIRE(d.run(kChain, 3) == SIMPLER_OK);
+    REQUIRE(d.data[0] == 3);
+  }
+  const auto s = d.stats();
+  CHECK(s.orch_so_loads == 1);
+  CHECK(s.kernel_so_loads == 6);
+  CHECK(s.arena_builds == 1);
+  CHECK(s.arena_uploads == 1);
+  CHECK(s.boots == 20);
+  CHECK(s.runs == 20);
+
+  SECTION("a different ring sizing builds a new arena; returning to it builds again") {
+    const auto cfg = small_rings(64, 1 << 16);
+    REQUIRE(d.run(kChain, 3, &cfg) == SIMPLER_OK);
+    CHECK(d.stats().arena_builds == 2);
+    REQUIRE(d.run(kChain, 3, &cfg) == SIMPLER_OK);
+    CHECK(d.stats().arena_builds == 2);
+  }
+}
+
+TEST_CASE("two device contexts run at the same time without sharing state", "[device][contexts]") {
+  Device a({}, 0), b({}, 1);
+  std::thread ta([&] {
+    for (int i = 0; i < 5; ++i) {
+      a.data.fill(0);
+      if (a.run(kChain, 50) != SIMPLER_OK || a.data[7] != 50) a.flag[15] = -1;
+    }
+  });
+  for (int i = 0; i < 5; ++i) {
+    b.data.fill(100);
+    REQUIRE(b.run(kChain, 20) == SIMPLER_OK);
+    REQUIRE(b.data[7] == 120);
+  }
+  ta.join();
+  CHECK(a.flag[15] == 0);
+  CHECK(a.data[0] == 50);
+}
+
+TEST_CASE("device bad input: callable registration", "[device][bad-input]") {
+  Device d;
+  SECTION("registering an id twice is refused and the first registration still runs") {
+    CHECK(d.register_at(0) == SIMPLER_ERR_DUPLICATE_CALLABLE);
+    CHECK_THAT(d.error(), Catch::Contains("callable id 0 is already registered"));
+    d.check_usable();
+  }
+  SECTION("an id outside 0..63") {
+    CHECK(d.register_at(64) == SIMPLER_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(d.error(), Catch::Contains("outside 0..63"));
+  }
+  SECTION("a missing orchestration file names the path") {
+    d.orch = "/nonexistent/orch.so";
+    CHECK(d.register_at(1) == SIMPLER_ERR_LOAD_FAILED);
+    CHECK_THAT(d.error(), Catch::Contains("/nonexistent/orch.so"));
+    d.check_usable();
+  }
+  SECTION("an orchestration without the entry symbol") {
+    d.orch = d.paths[0];  // a kernel .so: no aicpu_orchestration_entry
+    CHECK(d.register_at(1) == SIMPLER_ERR_LOAD_FAILED);
+    CHECK_THAT(d.error(), Catch::Contains("does not export aicpu_orchestration_entry"));
+  }
+  SECTION("a missing kernel file names its func_id") {
+    d.paths[3] = "/nonexistent/kernel.so";
+    d.kernels[3].path = d.paths[3].c_str();
+    CHECK(d.register_at(1) == SIMPLER_ERR_LOAD_FAILED);
+    CHECK_THAT(d.error(),
+               Catch::Contains("func_id 3") && Catch::Contains("/nonexistent/kernel.so"));
+  }
+  SECTION("a duplicate func_id") {
+    d.kernels[2].func_id = 1;
+    CHECK(d.register_at(1) == SIMPLER_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(d.error(), Catch::Contains("func_id 1 appears twice"));
+  }
+  SECTION("unregistering frees the id for a new registration") {
+    REQUIRE(d.api.simpler_unregister_callable(d.ctx, 0) == SIMPLER_OK);
+    CHECK(d.api.simpler_unregister_callable(d.ctx, 0) == SIMPLER_ERR_UNKNOWN_CALLABLE);
+    REQUIRE(d.register_at(0) == SIMPLER_OK);
+    d.check_usable();
+    CHECK(d.stats().orch_so_loads == 2);
+  }
+}
+
+TEST_CASE("device bad input: running", "[device][bad-input]") {
+  Device d;
+  SECTION("an unknown callable id names the registered ones") {
+    CHECK(d.run(kChain, 1, nullptr, 5) == SIMPLER_ERR_UNKNOWN_CALLABLE);
+    CHECK_THAT(d.error(), Catch::Contains("callable id 5 is not registered (registered: 0)"));
+    d.check_usable();
+  }
+  SECTION("fewer arguments than the orchestration expects") {
+    const simpler_task_args none{0, 0, nullptr, nullptr};
+    CHECK(d.api.simpler_run(d.ctx, 0, &none, nullptr) == SIMPLER_ERR_ARG_COUNT);
+    CHECK_THAT(d.error(), Catch::Contains("expects 4 arguments"));
+    d.check_usable();
+  }
+  SECTION("a task window that is not a power of two") {
+    const auto cfg = small_rings(48, 1 << 20);
+    CHECK(d.run(kChain, 1, &cfg) == SIMPLER_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(d.error(), Catch::Contains("ring_task_window[0] is 48"));
+    d.check_usable();
+  }
+  SECTION("phases out of order") {
+    CHECK(d.api.simpler_launch_run(d.ctx) == SIMPLER_ERR_NO_RUN);
+    CHECK(d.api.simpler_wait_run(d.ctx) == SIMPLER_ERR_NO_RUN);
+    simpler_tensor t[2]{};
+    for (auto& x : t) {
+      x.data = reinterpret_cast<std::uintptr_t>(d.data.data());
+      x.ndims = 1;
+      x.shapes[0] = 16;
+      x.dtype = SIMPLER_INT32;
+    }
+    const std::uint64_t sc[2] = {kChain, 2};
+    const simpler_task_args args{2, 2, t, sc};
+    REQUIRE(d.api.simpler_prepare_run(d.ctx, 0, &args, nullptr) == SIMPLER_OK);
+    CHECK(d.api.simpler_prepare_run(d.ctx, 0, &args, nullptr) == SIMPLER_ERR_RUN_ACTIVE);
+    CHECK(d.register_at(2) == SIMPLER_ERR_RUN_ACTIVE);
+    d.data.fill(0);
+    REQUIRE(d.api.simpler_launch_run(d.ctx) == SIMPLER_OK);
+    REQUIRE(d.api.simpler_wait_run(d.ctx) == SIMPLER_OK);
+    REQUIRE(d.api.simpler_finalize_run(d.ctx) == SIMPLER_OK);
+    CHECK(d.data[0] == 2);
+    // A prepared run may be abandoned before launch.
+    REQUIRE(d.api.simpler_prepare_run(d.ctx, 0, &args, nullptr) == SIMPLER_OK);
+    REQUIRE(d.api.simpler_finalize_run(d.ctx) == SIMPLER_OK);
+    CHECK(d.data[0] == 2);
+    d.check_usable();
+  }
+}
+
+TEST_CASE("device bad input: an uninitialised or finalised context", "[device][bad-input]") {
+  const DeviceApi& api = DeviceApi::sim();
+  simpler_device_context* ctx = api.simpler_create_context();
+  REQUIRE(ctx != nullptr);
+  CHECK(api.simpler_run(ctx, 0, nullptr, nullptr) == SIMPLER_ERR_NOT_INITIALISED);
+  CHECK_THAT(std::string(api.simpler_last_error(ctx)), Catch::Contains("simpler_init"));
+  REQUIRE(api.simpler_init(ctx, 0, nullptr) == SIMPLER_OK);
+  CHECK(api.simpler_init(ctx, 1, nullptr) == SIMPLER_ERR_ALREADY_INITIALISED);
+  REQUIRE(api.simpler_finalize(ctx) == SIMPLER_OK);
+  CHECK(api.simpler_run(ctx, 0, nullptr, nullptr) == SIMPLER_ERR_FINALISED);
+  CHECK(api.simpler_device_malloc(ctx, 64) == nullptr);
+  api.simpler_destroy_context(ctx);
+  CHECK(api.simpler_run(nullptr, 0, nullptr, nullptr) == SIMPLER_ERR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("device bad input: what the orchestration submits", "[device][bad-input]") {
+  Device d;
+  SECTION("a func_id with no kernel") {
+    CHECK(d.run(kUnknownFunc, 0) == SIMPLER_ERR_UNKNOWN_FUNC_ID);
+    CHECK_THAT(d.error(), Catch::Contains("func_id 99 has no kernel"));
+  }
+  SECTION("too many tensor args") {
+    CHECK(d.run(kTooManyTensors, 0) == SIMPLER_ERR_INVALID_TASK_ARGS);
+    CHECK_THAT(d.error(), Catch::Contains("too many tensor args (17 requested"));
+  }
+  SECTION("too many scalar args") {
+    CHECK(d.run(kTooManyScalars, 0) == SIMPLER_ERR_INVALID_TASK_ARGS);
+    CHECK_THAT(d.error(), Catch::Contains("too many scalar args (17 requested"));
+  }
+  SECTION("scope_end without scope_begin") {
+    CHECK(d.run(kUnbalancedScope, 0) == SIMPLER_ERR_SCOPE_OVERFLOW);
+    CHECK_THAT(d.error(), Catch::Contains("without a matching scope_begin"));
+  }
+  SECTION("a scope left open") {
+    CHECK(d.run(kScopeLeftOpen, 0) == SIMPLER_ERR_SCOPE_OVERFLOW);
+    CHECK_THAT(d.error(), Catch::Contains("left 1 scope(s) open"));
+  }
+  SECTION("the orchestration reports a fatal error") {
+    CHECK(d.run(kReportFatal, 0) == SIMPLER_ERR_ORCH_FATAL);
+    CHECK_THAT(d.error(), Catch::Contains("the input is not what this orchestration expects"));
+  }
+  d.check_usable();
+}
+
+TEST_CASE("device bad input: kernels that fail or fault", "[device][bad-input]") {
+  Device d;
+  SECTION("a kernel reporting failure names its func_id and message") {
+    CHECK(d.run(kKernelFails, 0) == SIMPLER_ERR_KERNEL_FAILED);
+    CHECK_THAT(d.error(),
+               Catch::Contains("func_id 1") && Catch::Contains("deliberate failure from rt_fail"));
+  }
+  SECTION("a faulting kernel fails the run instead of killing the process") {
+    CHECK(d.run(kKernelFaults, 0) == SIMPLER_ERR_KERNEL_FAULT);
+    CHECK_THAT(d.error(), Catch::Contains("func_id 2") && Catch::Contains("signal 11") &&
+                              Catch::Contains("AIC core"));
+  }
+  d.check_usable();
+  d.check_usable();
+}
+
+TEST_CASE("device bad input: windows and heaps too small for the graph", "[device][bad-input]") {
+  Device d;
+  SECTION("a scope holding more tasks than its window") {
+    const auto cfg = small_rings(16, 1 << 20);
+    CHECK(d.run(kScopeDeadlock, 17, &cfg) == SIMPLER_ERR_SCOPE_DEADLOCK);
+    CHECK_THAT(d.error(),
+               Catch::Contains("ring 1 (16 tasks)") && Catch::Contains("ring_task_window[1]"));
+    // The same graph fits a window of 32.
+    const auto ok = small_rings(32, 1 << 20);
+    CHECK(d.run(kScopeDeadlock, 17, &ok) == SIMPLER_OK);
+  }
+  SECTION("the run's own scope holding more tasks than ring 0's window") {
+    const auto cfg = small_rings(16, 1 << 20);
+    CHECK(d.run(kIndependent, 17, &cfg) == SIMPLER_ERR_SCOPE_DEADLOCK);
+    CHECK_THAT(d.error(), Catch::Contains("ring 0"));
+  }
+  SECTION("one output larger than the heap") {
+    const auto cfg = small_rings(64, 16 * 1024);
+    CHECK(d.run(kHeapTooSmall, 64, &cfg) == SIMPLER_ERR_HEAP_RING_DEADLOCK);
+    CHECK_THAT(d.error(), Catch::Contains("needs 65536 bytes") && Catch::Contains("ring_heap[0]"));
+  }
+  SECTION("a scope whose outputs outgrow the heap") {
+    const auto cfg = small_rings(64, 16 * 1024);
+    CHECK(d.run(kHeapScopeDeadlock, 5, &cfg) == SIMPLER_ERR_HEAP_RING_DEADLOCK);
+    CHECK_THAT(d.error(), Catch::Contains("heap ring 1") && Catch::Contains("open scope"));
+    CHECK(d.run(kHeapScopeDeadlock, 4, &cfg) == SIMPLER_OK);
+  }
+  d.check_usable();
+}
+
+TEST_CASE("an orchestration waiting on a task that waits on it ends with a named error",
+          "[device][deadlock]") {
+  simpler_init_options o{};
+  o.tensor_wait_ms = 200;
+  Device d(o);
+  CHECK(d.run(kWaitsOnItself, 0) == SIMPLER_ERR_TENSOR_WAIT_TIMEOUT);
+  CHECK_THAT(d.error(), Catch::Contains("read_tensor waited 200 ms for task 0:0"));
+  d.check_usable();
+}
+
+TEST_CASE("the watchdog ends a run whose kernel does not return", "[device][deadlock]") {
+  simpler_init_options o{};
+  o.scheduler_timeout_ms = 200;
+  Device d(o);
+  // The kernel gives up after 1.5 s, well inside the grace period: the context stays usable.
+  CHECK(d.run(kStuckKernel, 1500) == SIMPLER_ERR_SCHEDULER_TIMEOUT);
+  CHECK_THAT(d.error(), Catch::Contains("no progress for 200 ms") &&
+                            Catch::Contains("a kernel does not return: task 0:0 (func_id 3)"));
+  d.check_usable();
+}
+
+TEST_CASE("a kernel stuck past the grace period leaves the context refusing runs",
+          "[device][deadlock]") {
+  simpler_init_options o{};
+  o.scheduler_timeout_ms = 100;
+  Device d(o);
+  // 100 ms watchdog + 5 s grace < 6.5 s: the kernel is still inside when the run gives up.
+  CHECK(d.run(kStuckKernel, 6500) == SIMPLER_ERR_SCHEDULER_TIMEOUT);
+  CHECK_THAT(d.error(),
+             Catch::Contains("context is now unusable") && Catch::Contains("never returned"));
+  CHECK(d.run(kChain, 1) == SIMPLER_ERR_CONTEXT_BROKEN);
+  CHECK_THAT(d.error(), Catch::Contains("destroy it and create a new one"));
+}
+
+TEST_CASE("the first run of a fresh context reaches core threads that started late",
+          "[device][lifecycle]") {
+  // Regression: a core thread that read its DMB register at start-up, after the scheduler had
+  // already posted the first token, waited for a second token forever.
+  simpler_init_options o{};
+  o.scheduler_timeout_ms = 2000;
+  for (int i = 0; i < 40; ++i) {
+    Device d(o);
+    REQUIRE(d.run(kKernelFails, 0) == SIMPLER_ERR_KERNEL_FAILED);
+    d.check_usable();
+  }
+}
