@@ -4,11 +4,13 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
 
 #include "support/device_api.hpp"
+#include "support/gate.hpp"
 
 namespace {
 
@@ -396,6 +398,10 @@ TEST_CASE("a kernel stuck past the grace period leaves the context refusing runs
              Catch::Contains("context is now unusable") && Catch::Contains("never returned"));
   CHECK(d.run(kChain, 1) == SIMPLER_ERR_CONTEXT_BROKEN);
   CHECK_THAT(d.error(), Catch::Contains("destroy it and create a new one"));
+  // Let the kernel go, and see it leave, before `d` (whose buffer it polls) is destroyed.
+  std::atomic_ref<std::int32_t>(d.data[0]).store(1);
+  CHECK(simpler::testing::eventually(
+      [&] { return std::atomic_ref<std::int32_t>(d.data[1]).load() == 1; }));
 }
 
 TEST_CASE("the first run of a fresh context reaches core threads that started late",

@@ -114,12 +114,15 @@ int Context::finalize() {
   for (int id = 0; id < kMaxCallables; ++id) {
     if (callables[id].registered) static_cast<void>(unregister_callable(id));
   }
+  finalised = true;
+  // A thread stuck in user code still reads the arena, task memory and device buffers when it
+  // returns: a broken context keeps them (and itself, see simpler_destroy_context).
+  if (broken.load()) return SIMPLER_OK;
   release_arena();
   std::lock_guard lk(mem_mu);
   for (auto& [p, n] : blocks) std::free(p);
   blocks.clear();
   committed = 0;
-  finalised = true;
   return SIMPLER_OK;
 }
 

@@ -163,18 +163,16 @@ void Context::stop_threads() noexcept {
   for (auto& t : sched_threads) {
     if (t.joinable()) t.join();
   }
-  bool leaked = false;
   for (std::uint32_t i = 0; i < core_count; ++i) {
     if (!cores[i].thread.joinable()) continue;
     if (broken && cores[i].running != SIMPLER_INVALID_TASK_ID) {
-      cores[i].thread.detach();  // still inside a kernel that never returned
-      leaked = true;
+      // Still inside a kernel that never returned; the context (and so the core array) is
+      // kept alive for it by simpler_destroy_context.
+      cores[i].thread.detach();
     } else {
       cores[i].thread.join();
     }
   }
-  // A detached core still points into the core array: keep it alive.
-  if (leaked) static_cast<void>(cores.release());
 }
 
 void Context::orchestrator_main() {

@@ -4,6 +4,8 @@
 // 5 fill (tensor 0 = scalar).
 #include <simpler/device/orchestration.hpp>
 
+#include <atomic>
+
 using simpler::device::Task;
 
 namespace {
@@ -81,7 +83,8 @@ SIMPLER_ORCHESTRATION(orch, args) {
       // after reading the spin task's output: a dependency that can never resolve.
       auto r = orch.aiv(3, Task().no_dep(data).output({4}, SIMPLER_INT32).scalar(3000));
       const auto v = orch.read<std::int32_t>(r.tensor(1), 0);
-      static_cast<std::int32_t*>(simpler_tensor_data(&data))[0] = v + 1;
+      std::atomic_ref<std::int32_t>(static_cast<std::int32_t*>(simpler_tensor_data(&data))[0])
+          .store(v + 1);
       break;
     }
     case kStuckKernel:  // the spin kernel gives up after n ms
