@@ -22,13 +22,17 @@ std::uint64_t next_worker_token() noexcept {
   return h == 0 ? 1 : h;
 }
 
-CallableHandle CallableRegistry::add(CallableKind kind, std::string name, SubFn sub, OrchFn orch) {
+CallableHandle CallableRegistry::add(CallableKind kind, std::string name, SubFn sub, OrchFn orch,
+                                     std::shared_ptr<const ChipCallable> chip) {
   if (name.empty()) throw UsageError("register: a callable needs a non-empty name");
   if (kind == CallableKind::Sub && !sub) {
     throw UsageError(fmt::format("register_sub('{}'): the function is empty", name));
   }
   if (kind == CallableKind::Orch && !orch) {
     throw UsageError(fmt::format("register_orch('{}'): the function is empty", name));
+  }
+  if (kind == CallableKind::Chip && !chip) {
+    throw UsageError(fmt::format("register_chip('{}'): no chip callable was given", name));
   }
   const std::uint64_t digest = callable_digest(kind, name);
   if (auto it = by_digest_.find(digest); it != by_digest_.end()) {
@@ -43,7 +47,8 @@ CallableHandle CallableRegistry::add(CallableKind kind, std::string name, SubFn 
   const auto index = static_cast<std::uint32_t>(entries_.size());
   entries_.reserve(entries_.size() + 1);
   by_digest_.emplace(digest, index);
-  entries_.push_back(Entry{kind, std::move(name), digest, std::move(sub), std::move(orch)});
+  entries_.push_back(
+      Entry{kind, std::move(name), digest, std::move(sub), std::move(orch), std::move(chip)});
   return CallableHandle{digest, owner_, index, kind};
 }
 
@@ -68,11 +73,15 @@ const CallableRegistry::Entry& CallableRegistry::check(const CallableHandle& h) 
 
 const CallableRegistry::Entry* CallableRegistry::find(std::uint64_t digest,
                                                       std::uint32_t index_hint) const noexcept {
-  if (index_hint < entries_.size() && entries_[index_hint].digest == digest) {
-    return &entries_[index_hint];
-  }
+  const std::uint32_t i = index_of(digest, index_hint);
+  return i == npos ? nullptr : &entries_[i];
+}
+
+std::uint32_t CallableRegistry::index_of(std::uint64_t digest,
+                                         std::uint32_t index_hint) const noexcept {
+  if (index_hint < entries_.size() && entries_[index_hint].digest == digest) return index_hint;
   auto it = by_digest_.find(digest);
-  return it == by_digest_.end() ? nullptr : &entries_[it->second];
+  return it == by_digest_.end() ? npos : it->second;
 }
 
 std::string CallableRegistry::name_of(std::uint64_t digest, std::uint32_t index_hint) const {

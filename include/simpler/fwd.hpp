@@ -17,6 +17,10 @@ struct CallableHandle;
 struct SubmitResult;
 struct LeafRequest;
 struct WorkerOptions;
+struct ChipKernel;
+struct ChipCallable;
+struct ChipOptions;
+class ChipWorker;
 class Orchestrator;
 class SubWorker;
 struct ThreadTransport;
@@ -27,6 +31,7 @@ class Worker;
 class Error;
 class UsageError;
 class TaskError;
+class DeviceError;
 
 // Concepts cannot be forward-declared: Transport and its parts are in transport/transport.hpp,
 // Leaf and its parts in leaf/leaf.hpp.

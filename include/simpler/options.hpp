@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "simpler/device/chip_callable.hpp"
+
 namespace simpler {
 
 /// Where a Worker's local children run.
@@ -15,15 +17,21 @@ enum class ChildMode {
 };
 
 struct WorkerOptions {
-  int level = 3;                ///< a label for messages; behaviour never branches on it
-  int num_sub_workers = 0;      ///< host sub workers (SubWorker leaves)
-  std::vector<int> device_ids;  ///< one chip child per id (L3)
+  int level = 3;            ///< a label for messages; behaviour never branches on it
+  int num_sub_workers = 0;  ///< host sub workers (SubWorker leaves)
+  /// One chip child (a ChipWorker) per id, named "chip <id>"; they are the next-level workers
+  /// 0 .. n-1 in this order, before any add_worker/add_next_level child. Ids are unique, >= 0.
+  std::vector<int> device_ids;
   std::size_t heap_ring_size = std::size_t{256} << 20;  ///< bytes per heap ring; 4 rings
   /// Local children's transport. With Process, tasks run in other processes: tensors they touch
   /// must live in shared memory mapped before init() (orch.alloc, auto-allocated outputs, or the
   /// caller's own MAP_SHARED memory).
   ChildMode child_mode = ChildMode::Process;
-  std::string device_runtime;  ///< device runtime .so; empty = the bundled simulator
+  /// Device runtime .so of the chips; empty = chip.device_runtime, else the bundled simulator
+  /// (default_device_runtime()). When both are set they must agree.
+  std::string device_runtime;
+  /// Context-wide settings of every chip child (clusters, default AICPU threads, timeouts).
+  ChipOptions chip;
   /// How long engine threads poll before sleeping after their last piece of work.
   std::chrono::microseconds spin{20};
   /// Longest time a submit waits for heap ring space before throwing TimeoutError.

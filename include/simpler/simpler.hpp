@@ -4,6 +4,8 @@
 #include "simpler/args_blob.hpp"
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
+#include "simpler/device/chip_callable.hpp"
+#include "simpler/device/chip_worker.hpp"
 #include "simpler/error.hpp"
 #include "simpler/leaf/leaf.hpp"
 #include "simpler/leaf/nested_worker.hpp"

@@ -21,6 +21,8 @@
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
 #include "simpler/detail/engine.hpp"
+#include "simpler/device/chip_callable.hpp"
+#include "simpler/device/chip_worker.hpp"
 #include "simpler/error.hpp"
 #include "simpler/leaf/nested_worker.hpp"
 #include "simpler/leaf/sub_worker.hpp"
@@ -66,14 +68,12 @@ class BasicWorker {
       throw UsageError(fmt::format("WorkerOptions::num_sub_workers is {}; it must be >= 0",
                                    options_.num_sub_workers));
     }
-    if (!options_.device_ids.empty()) {
-      throw UsageError("WorkerOptions::device_ids: chip children are not available in this build");
-    }
     core_->level = options_.level;
     core_->timing.spin = options_.spin;
     core_->timing.heap_wait = options_.heap_wait;
     orch_ = std::make_unique<Orchestrator>(*core_, *registry_, options_.heap_ring_size);
     sched_ = std::make_unique<Scheduler<Lanes...>>(*core_);
+    if (!options_.device_ids.empty()) add_chip_lanes();
   }
   BasicWorker(const BasicWorker&) = delete;
   BasicWorker& operator=(const BasicWorker&) = delete;
@@ -100,6 +100,19 @@ class BasicWorker {
   CallableHandle register_orch(std::string name, OrchFunction fn) {
     check_can_register("register_orch");
     return registry_->add(CallableKind::Orch, std::move(name), {}, std::move(fn));
+  }
+
+  /// Registers a chip callable (an orchestration .so and its kernels) for the chip children
+  /// (WorkerOptions::device_ids). Checks it now: throws UsageError naming the field for an empty
+  /// name, a missing orchestration or kernel file, a func_id outside 0..1023 or used twice (see
+  /// validate(ChipCallable)), a duplicate name, or during a run. Paths are made absolute. With
+  /// ChildMode::Process, register before init() (the chips are started in their children then).
+  CallableHandle register_chip(ChipCallable callable) {
+    check_can_register("register_chip");
+    validate(callable);
+    auto chip = std::make_shared<const ChipCallable>(with_absolute_paths(std::move(callable)));
+    std::string name = chip->name;
+    return registry_->add(CallableKind::Chip, std::move(name), {}, {}, std::move(chip));
   }
 
   /// Adds a next-level child running `leaf`, in this process or in a forked child according to
@@ -271,6 +284,49 @@ class BasicWorker {
     }
   }
 
+  /// One chip lane per WorkerOptions::device_ids entry, named "chip <id>": next-level worker ids
+  /// 0 .. n-1 in device_ids order (children added later with add_worker/add_next_level follow).
+  void add_chip_lanes() {
+    constexpr bool has_chip_lanes =
+        !std::is_void_v<typename detail::LaneFor<ThreadTransport, ChipWorker, Lanes...>::type> ||
+        !std::is_void_v<typename detail::LaneFor<ForkShmTransport, ChipWorker, Lanes...>::type>;
+    if constexpr (has_chip_lanes) {
+      ChipOptions chip = options_.chip;
+      if (!options_.device_runtime.empty()) {
+        if (chip.device_runtime.empty()) {
+          chip.device_runtime = options_.device_runtime;
+        } else if (chip.device_runtime != options_.device_runtime) {
+          throw UsageError(fmt::format(
+              "WorkerOptions: device_runtime ('{}') and chip.device_runtime ('{}') differ; set "
+              "one of them",
+              options_.device_runtime, chip.device_runtime));
+        }
+      }
+      const auto& ids = options_.device_ids;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0) {
+          throw UsageError(
+              fmt::format("WorkerOptions::device_ids[{}] is {}; device ids are >= 0", i, ids[i]));
+        }
+        for (std::size_t j = 0; j < i; ++j) {
+          if (ids[j] == ids[i]) {
+            throw UsageError(fmt::format(
+                "WorkerOptions::device_ids: device {} appears twice (at {} and {}); one chip "
+                "child per device",
+                ids[i], j, i));
+          }
+        }
+      }
+      for (int id : ids) {
+        add_lane<ChipWorker>(detail::Role::NextLevel, fmt::format("chip {}", id),
+                             ChipWorker(id, chip, *registry_));
+      }
+    } else {
+      throw UsageError(
+          "WorkerOptions::device_ids is set but this Worker's lane set has no ChipWorker lane");
+    }
+  }
+
   void check_can_register(const char* api) const {
     if (state_ == State::Ready && has_process_children_) {
       throw UsageError(fmt::format(
@@ -309,10 +365,14 @@ using ProcessSubLane = WorkerThread<ForkShmTransport, SubWorker>;
 /// Nested Workers (the next level down), in this process or in forked children.
 using NestedLane = WorkerThread<ThreadTransport, NestedWorker<Worker>>;
 using ProcessNestedLane = WorkerThread<ForkShmTransport, NestedWorker<Worker>>;
+/// Chips (WorkerOptions::device_ids), driven from this process or from forked children.
+using ChipLane = WorkerThread<ThreadTransport, ChipWorker>;
+using ProcessChipLane = WorkerThread<ForkShmTransport, ChipWorker>;
 
-/// The default Worker: sub workers and nested Workers on either transport, chosen by
+/// The default Worker: sub workers, nested Workers and chips on either transport, chosen by
 /// WorkerOptions::child_mode. A class (not an alias) so NestedWorker<Worker> can name it.
-class Worker : public BasicWorker<SubLane, ProcessSubLane, NestedLane, ProcessNestedLane> {
+class Worker : public BasicWorker<SubLane, ProcessSubLane, NestedLane, ProcessNestedLane, ChipLane,
+                                  ProcessChipLane> {
  public:
   using BasicWorker::BasicWorker;
   Worker(Worker&&) noexcept = default;

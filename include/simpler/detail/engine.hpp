@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -26,6 +27,7 @@
 
 namespace simpler {
 class Orchestrator;
+struct ChipCallable;
 
 /// What a leaf is asked to run: the callable's identity, its arguments and its config. The
 /// pointed-to data lives until the leaf returns.
@@ -112,15 +114,24 @@ class CallableRegistry {
     std::uint64_t digest;
     SubFn sub;
     OrchFn orch;
+    std::shared_ptr<const ChipCallable> chip;  ///< CallableKind::Chip: what the chips load
   };
+  static constexpr std::uint32_t npos = ~std::uint32_t{0};
 
   explicit CallableRegistry(std::uint64_t owner) : owner_(owner) {}
 
-  CallableHandle add(CallableKind kind, std::string name, SubFn sub, OrchFn orch);
+  /// Adds an entry; the one of `sub`, `orch`, `chip` that matches `kind` must be set. Throws
+  /// UsageError for an empty name or function, or a name (digest) already registered.
+  CallableHandle add(CallableKind kind, std::string name, SubFn sub, OrchFn orch,
+                     std::shared_ptr<const ChipCallable> chip = {});
   /// The entry `h` names; throws UsageError for a foreign, unknown or stale handle.
   const Entry& check(const CallableHandle& h) const;
   /// The entry with this digest (index_hint tried first), or nullptr.
   const Entry* find(std::uint64_t digest, std::uint32_t index_hint) const noexcept;
+  /// The index of the entry with this digest (index_hint tried first), or npos.
+  std::uint32_t index_of(std::uint64_t digest, std::uint32_t index_hint) const noexcept;
+  /// Entry `index` (< size()).
+  [[nodiscard]] const Entry& at(std::uint32_t index) const noexcept { return entries_[index]; }
   /// Name for messages; "<unknown callable 0x...>" when the digest is not registered.
   std::string name_of(std::uint64_t digest, std::uint32_t index_hint) const;
   [[nodiscard]] std::uint64_t owner() const noexcept { return owner_; }

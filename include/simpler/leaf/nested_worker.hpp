@@ -34,9 +34,16 @@ class NestedWorker {
 
   void run(const LeafRequest& r) {
     const auto* e = registry_->find(r.digest, r.index_hint);
-    if (e == nullptr || e->kind != CallableKind::Orch) {
+    if (e == nullptr) {
       throw Error(fmt::format("no orchestration function with digest {:#018x} is registered here",
                               r.digest));
+    }
+    if (e->kind != CallableKind::Orch) {
+      throw Error(
+          fmt::format("'{}' is a {} callable; a nested Worker runs only orchestration "
+                      "functions (Worker::register_orch){}",
+                      e->name, to_string(e->kind),
+                      e->kind == CallableKind::Chip ? "; submit it to a chip worker" : ""));
     }
     inner_->run_view(e->orch, r.args, *r.config);
   }

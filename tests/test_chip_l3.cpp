@@ -1,0 +1,257 @@
+// Chips as a Worker's next-level children (L3): WorkerOptions::device_ids, register_chip, chip
+// tasks next to sub tasks, in threads and in forked processes.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <map>
+#include <string>
+
+#include <simpler/simpler.hpp>
+
+#include "support/child_modes.hpp"
+#include "support/chip_modules.hpp"
+#include "support/matchers.hpp"
+#include "support/shared_arena.hpp"
+
+using namespace simpler;
+using namespace simpler::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+/// An L3 with chips on devices 0 and 1 and two sub workers, children per Mode.
+template <class Mode>
+WorkerOptions chip_options(std::vector<int> devices = {0, 1}, int subs = 2) {
+  WorkerOptions o = options_for<Mode>(subs);
+  o.device_ids = std::move(devices);
+  return o;
+}
+
+TaskArgs fill_args(const ContinuousTensor& t, std::int64_t value) {
+  TaskArgs a;
+  a.add_tensor(t, TensorArgType::OutputExisting).add_scalar(static_cast<std::uint64_t>(value));
+  return a;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("a chip task writes heap-ring memory that a sub task then reads",
+                   "[chip][l3][sim]", InThreads, InProcesses) {
+  SharedArena arena;  // before init(): forked children see it
+  auto seen = arena.make<std::int64_t>(8, 0);
+  Worker w(chip_options<TestType>());
+  CHECK(w.next_level_count() == 2);
+  const auto fill = w.register_chip(chipw_callable("fill", "fill"));
+  // Copies its 4-element input into seen[4 * scalar 0 ...].
+  const auto copy = w.register_sub("copy", [&](TaskArgsView v) {
+    const auto* src = v.tensor(0).as<std::int64_t>();
+    std::copy(src, src + 4, seen.data() + 4 * v.scalar(0));
+  });
+  w.init();
+  for (std::int64_t rep = 0; rep < 3; ++rep) {
+    std::fill(seen.begin(), seen.end(), 0);
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      for (WorkerId chip = 0; chip < 2; ++chip) {
+        const ContinuousTensor t = o.alloc({4}, DataType::Int64);  // heap ring: shared memory
+        o.submit_next_level(fill, fill_args(t, 10 * rep + chip), default_call_config(), chip);
+        TaskArgs read;
+        read.add_tensor(t, TensorArgType::Input).add_scalar(static_cast<std::uint64_t>(chip));
+        o.submit_sub(copy, std::move(read));  // runs after the chip task: it reads t
+      }
+    });
+    for (std::size_t i = 0; i < 8; ++i) {
+      CHECK(seen[i] == 10 * rep + static_cast<std::int64_t>(i / 4));
+    }
+  }
+  w.close();
+}
+
+TEMPLATE_TEST_CASE("two chip children run at the same time, each on its own device",
+                   "[chip][l3][sim]", InThreads, InProcesses) {
+  SharedArena arena;
+  auto& counter = arena.one<std::int32_t>(0);
+  auto out = arena.make<std::int64_t>(2, 0);
+  Worker w(chip_options<TestType>({0, 1}, 0));
+  const auto meet = w.register_chip(chipw_callable("meet", "meet"));
+  w.init();
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    for (WorkerId chip = 0; chip < 2; ++chip) {
+      TaskArgs a;
+      // NoDep: both tasks use the counter, and must not be ordered by it.
+      a.add_tensor(make_tensor(&counter, {1}, DataType::Int32), TensorArgType::NoDep)
+          .add_tensor(make_tensor(&out[chip], {1}, DataType::Int64), TensorArgType::OutputExisting)
+          .add_scalar(2)
+          .add_scalar(100 + chip);
+      o.submit_next_level(meet, std::move(a), default_call_config(), chip);
+    }
+  });
+  CHECK(counter == 2);  // both kernels arrived before either left: they ran at the same time
+  CHECK(out[0] == 100);
+  CHECK(out[1] == 101);
+  w.close();
+}
+
+TEMPLATE_TEST_CASE("a failing chip task fails the run with a TaskError naming the chip",
+                   "[chip][l3][sim][failure]", InThreads, InProcesses) {
+  SharedArena arena;
+  auto out = arena.make<std::int64_t>(4, 0);
+  Worker w(chip_options<TestType>({0, 1}, 0));
+  const auto fill = w.register_chip(chipw_callable("fill", "fill"));
+  const auto fail = w.register_chip(chipw_callable("fail", "fail"));
+  w.init();
+  try {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_next_level(fail, fill_args(make_tensor(&out[0], {1}, DataType::Int64), 1),
+                          default_call_config(), 1);
+      // Independent of the failing task: still runs.
+      o.submit_next_level(fill, fill_args(make_tensor(&out[1], {1}, DataType::Int64), 7),
+                          default_call_config(), 0);
+    });
+    FAIL("run() succeeded");
+  } catch (const TaskError& e) {
+    CHECK(e.outcome() == Outcome::TaskFailure);
+    CHECK(e.worker() == "chip 1");
+    CHECK(e.callable() == "fail");
+    CHECK_THAT(e.message(), Contains("ChipWorker::run('fail' as callable 1) on device 1") &&
+                                Contains("SIMPLER_ERR_KERNEL_FAILED") &&
+                                Contains("chipw_fail: this kernel always fails"));
+    CHECK_THAT(e.what(), Contains("L3 chip 1: callable 'fail' failed"));
+  }
+  CHECK(out[1] == 7);
+  // The next run is clean, on the chip that failed too.
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_next_level(fill, fill_args(make_tensor(&out[2], {1}, DataType::Int64), 8),
+                        default_call_config(), 1);
+  });
+  CHECK(out[2] == 8);
+  w.close();
+}
+
+TEMPLATE_TEST_CASE("a chip child whose device runtime fails to start makes init() throw",
+                   "[chip][l3][failure]", InThreads, InProcesses) {
+  WorkerOptions o = chip_options<TestType>({0}, 1);
+  o.device_runtime = device_module_file("test_runtime_init_fails.so");
+  Worker w(o);
+  CHECK_THROWS_MATCHES(w.init(), Error,
+                       WhatContains("SIMPLER_ERR_SYSTEM") &&
+                           WhatContains("could not start the AICPU threads of device 0"));
+  CHECK_THROWS_MATCHES(w.run([](Orchestrator&, TaskArgsView, const CallConfig&) {}), UsageError,
+                       WhatContains("init() failed"));
+}
+
+TEMPLATE_TEST_CASE(
+    "a chip handle sent to a nested Worker, or an orch handle sent to a chip, "
+    "fails that task",
+    "[chip][l3][failure]", InThreads, InProcesses) {
+  FakeRuntime fake("fake");
+  WorkerOptions o = chip_options<TestType>({0}, 0);
+  o.chip.device_runtime = fake.path();
+  Worker w(o);
+  CHECK(w.add_worker(Worker(options_for<TestType>(0))) == 1);  // after the chip
+  const auto chip = w.register_chip(chipw_callable("fill", "fill"));
+  const auto orch = w.register_orch("inner", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  w.init();
+  const auto submit_to = [&](const CallableHandle& h, WorkerId worker) {
+    w.run([&](Orchestrator& orc, TaskArgsView, const CallConfig&) {
+      orc.submit_next_level(h, TaskArgs{}, default_call_config(), worker);
+    });
+  };
+  CHECK_THROWS_MATCHES(submit_to(chip, 1), TaskError,
+                       WhatContains("'fill' is a chip callable; a nested Worker runs only "
+                                    "orchestration functions"));
+  CHECK_THROWS_MATCHES(submit_to(orch, 0), TaskError,
+                       WhatContains("chip 0: callable 'inner' failed") &&
+                           WhatContains("'inner' is not a chip callable"));
+  submit_to(orch, 1);  // both still work
+  submit_to(chip, 0);
+  w.close();
+}
+
+TEMPLATE_TEST_CASE("register_chip checks a chip callable before any chip sees it",
+                   "[chip][l3][failure]", InThreads, InProcesses) {
+  Worker w(chip_options<TestType>({0}, 0));
+  const ChipCallable good = chipw_callable("good", "fill");
+  ChipCallable c = good;
+  c.name.clear();
+  CHECK_THROWS_MATCHES(w.register_chip(c), UsageError, WhatContains("ChipCallable::name is empty"));
+  c = good;
+  c.orchestration = "missing_orch.so";
+  CHECK_THROWS_MATCHES(w.register_chip(c), UsageError,
+                       WhatContains("orchestration 'missing_orch.so' does not exist"));
+  c = good;
+  c.kernels.push_back({0, good.kernels[0].path});
+  CHECK_THROWS_MATCHES(w.register_chip(c), UsageError,
+                       WhatContains("kernels[1].func_id 0 is used by an earlier kernel"));
+  c = good;
+  c.kernels[0].func_id = 1024;
+  CHECK_THROWS_MATCHES(w.register_chip(c), UsageError, WhatContains("func_id is 1024"));
+  c = good;
+  c.kernels[0].path = "/nonexistent/kernel.so";
+  CHECK_THROWS_MATCHES(w.register_chip(c), UsageError,
+                       WhatContains("kernels[0].path '/nonexistent/kernel.so' (func_id 0) does "
+                                    "not exist"));
+  const auto h = w.register_chip(good);
+  CHECK(h.kind == CallableKind::Chip);
+  CHECK(h.digest == callable_digest(CallableKind::Chip, "good"));
+  CHECK_THROWS_MATCHES(w.register_chip(good), UsageError,
+                       WhatContains("a chip callable named 'good' is already registered"));
+  // A chip callable cannot go to a sub worker.
+  w.init();
+  CHECK_THROWS_MATCHES(
+      w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(h); }), UsageError,
+      WhatContains("'good' is a chip callable"));
+  if constexpr (TestType::mode == ChildMode::Process) {
+    ChipCallable late = good;
+    late.name = "late";
+    CHECK_THROWS_MATCHES(w.register_chip(late), UsageError,
+                         WhatContains("register every callable before init()"));
+  }
+  w.close();
+}
+
+TEST_CASE("with chips in threads, a chip callable registered after init() runs",
+          "[chip][l3][sim]") {
+  std::array<std::int64_t, 2> out{};
+  Worker w(chip_options<InThreads>({0}, 0));
+  const auto first = w.register_chip(chipw_callable("first", "fill"));
+  w.init();
+  const auto late = w.register_chip(chipw_callable("late", "fill"));
+  for (int rep = 0; rep < 2; ++rep) {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_next_level(first, fill_args(make_tensor(&out[0], {1}, DataType::Int64), 1 + rep));
+      o.submit_next_level(late, fill_args(make_tensor(&out[1], {1}, DataType::Int64), 3 + rep));
+    });
+    CHECK(out[0] == 1 + rep);
+    CHECK(out[1] == 3 + rep);
+  }
+  w.close();
+}
+
+TEST_CASE("chips are next-level workers 0..n-1 in device_ids order, before added Workers",
+          "[chip][l3]") {
+  WorkerOptions o = chip_options<InThreads>({5, 3}, 0);
+  Worker w(o);
+  CHECK(w.next_level_count() == 2);
+  CHECK(w.add_worker(Worker(options_for<InThreads>(0))) == 2);
+  std::map<WorkerId, std::string> names;
+  w.scheduler().for_each_lane([&](auto& lane) {
+    if (lane.role == detail::Role::NextLevel) names[lane.id] = lane.name;
+  });
+  CHECK(names.at(0) == "chip 5");
+  CHECK(names.at(1) == "chip 3");
+  CHECK(names.at(2) == "next-level worker 2 (L3)");
+}
+
+TEST_CASE("WorkerOptions::device_ids rejects negative and repeated ids", "[chip][l3][failure]") {
+  CHECK_THROWS_MATCHES(Worker(chip_options<InThreads>({0, -1}, 0)), UsageError,
+                       WhatContains("device_ids[1] is -1"));
+  CHECK_THROWS_MATCHES(Worker(chip_options<InThreads>({2, 1, 2}, 0)), UsageError,
+                       WhatContains("device 2 appears twice"));
+  WorkerOptions o = chip_options<InThreads>({0}, 0);
+  o.device_runtime = "/a/runtime.so";
+  o.chip.device_runtime = "/b/runtime.so";
+  CHECK_THROWS_MATCHES(Worker(o), UsageError, WhatContains("differ"));
+  o.chip.aicpu_thread_num = -1;
+  o.chip.device_runtime.clear();
+  CHECK_THROWS_MATCHES(Worker(o), UsageError, WhatContains("aicpu_thread_num"));
+}
