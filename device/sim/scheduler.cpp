@@ -44,12 +44,18 @@ void on_fault(int sig, siginfo_t* info, void*) {
 /// Runs the kernel; returns the signal number if it faulted, else 0.
 int run_guarded(Core& c) noexcept {
   sigjmp_buf jb;
-  if (sigsetjmp(jb, 1) == 0) {
+  // No signal mask saved (a syscall per kernel); after a fault the handler's mask (the signal
+  // blocked) is still in force, so unblock it here.
+  if (sigsetjmp(jb, 0) == 0) {
     t_jmp = &jb;
     c.fn(c.args);
     t_jmp = nullptr;
     return 0;
   }
+  sigset_t unblock;
+  sigemptyset(&unblock);
+  sigaddset(&unblock, t_sig);
+  ::pthread_sigmask(SIG_UNBLOCK, &unblock, nullptr);
   c.fault_addr = reinterpret_cast<std::uintptr_t>(t_addr);
   return t_sig;
 }

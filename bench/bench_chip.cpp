@@ -1,0 +1,291 @@
+// bench_chip — the simulated chip (L2): what its orchestration + scheduling path costs per task,
+// and what one run() costs on top of the kernels it runs.
+//
+//   chip_a  10k independent empty-kernel tasks through ChipWorker::run (orch_independent)
+//           vs the same 10k tasks as OpenMP tasks on 2 host threads, and vs a plain loop
+//           calling the kernel (the floor: no scheduling at all).
+//   chip_b  a 10k-task chain (InOut on one tensor, orch_chain) vs OpenMP depend(inout) and the
+//           plain loop.
+//   chip_c  one run() of a registered callable: the vector example (5 kernels over 128x128
+//           floats) vs calling the same 5 kernels directly on this thread; and a 1-task graph
+//           (one empty kernel) — the per-run fixed cost.
+//   chip_d  device boot (arena re-wire + reset) with a 64-task window vs a 65536-task window:
+//           the boot must not grow with the window (read from the context's counters).
+//
+// The simulated chip here runs 2 clusters (2 AIC + 4 AIV core threads) and 3 AICPU threads on a
+// 2-core machine: its per-task figures are thread hand-offs, not hardware numbers.
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <array>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "simpler/device/orchestration.hpp"
+#include "simpler/simpler.hpp"
+
+namespace sb = simpler_bench;
+
+namespace {
+
+std::string module(const std::string& file) {
+  return std::string(SIMPLER_DEVICE_MODULE_DIR) + "/" + file;
+}
+
+simpler_kernel_fn load_kernel(const std::string& file) {
+  void* h = ::dlopen(module(file).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) throw std::runtime_error(fmt::format("cannot load {}: {}", file, ::dlerror()));
+  auto* fn = reinterpret_cast<simpler_kernel_fn>(::dlsym(h, "kernel_entry"));
+  if (fn == nullptr) throw std::runtime_error(file + " has no kernel_entry");
+  return fn;
+}
+
+/// One kernel call's args[] with its contexts, for calling a kernel directly on this thread.
+struct DirectCall {
+  std::array<simpler_chip_tensor, 4> tensors{};
+  std::array<std::int64_t, SIMPLER_KERNEL_ARGS> args{};
+  simpler_local_context local{};
+  simpler_global_context global{0, 0, 1, 0};  // an AIV core
+
+  DirectCall(std::initializer_list<float*> buffers, std::uint32_t n,
+             const float* scalar = nullptr) {
+    int i = 0;
+    for (float* b : buffers) {
+      simpler_chip_tensor& t = tensors[static_cast<std::size_t>(i)];
+      t.addr = reinterpret_cast<std::uintptr_t>(b);
+      t.owner_task = SIMPLER_INVALID_TASK_ID;
+      t.ndims = 1;
+      t.shapes[0] = n;
+      t.dtype = SIMPLER_FLOAT32;
+      args[static_cast<std::size_t>(i)] =
+          static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&t));
+      ++i;
+    }
+    if (scalar != nullptr)
+      args[static_cast<std::size_t>(i)] =
+          static_cast<std::int64_t>(simpler::device::to_u64(*scalar));
+    args[SIMPLER_KERNEL_LOCAL_ARG] =
+        static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&local));
+    args[SIMPLER_KERNEL_GLOBAL_ARG] =
+        static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&global));
+  }
+  void operator()(simpler_kernel_fn fn) { fn(args.data()); }
+};
+
+struct Chip {
+  simpler::ChipWorker worker{0};
+  int independent = -1, chain = -1, vector = -1;
+  simpler::CallConfig config = simpler::default_call_config();
+
+  Chip() {
+    worker.init();
+    const simpler::ChipKernel noop{0, module("kernel_noop.so")};
+    independent = worker.register_callable(
+        {.name = "independent", .orchestration = module("orch_independent.so"), .kernels = {noop}});
+    chain = worker.register_callable(
+        {.name = "chain", .orchestration = module("orch_chain.so"), .kernels = {noop}});
+    vector = worker.register_callable({.name = "vector",
+                                       .orchestration = module("orch_vector_example.so"),
+                                       .kernels = {{0, module("kernel_add.so")},
+                                                   {1, module("kernel_add_scalar.so")},
+                                                   {2, module("kernel_mul.so")}}});
+  }
+  void run_count(int id, std::uint64_t n) {
+    simpler::TaskArgs a;
+    a.add_scalar(n);
+    worker.run(id, a, config);
+  }
+};
+
+sb::Contender chip_graph(Chip& c, int id, std::uint64_t n) {
+  return {"chip", [&c, id, n] { return sb::time_ns([&] { c.run_count(id, n); }); },
+          static_cast<double>(n)};
+}
+
+sb::Contender plain_loop(simpler_kernel_fn fn, std::uint64_t n) {
+  return {"plain_loop",
+          [fn, n] {
+            static float buf[16];
+            DirectCall call({buf}, 16);
+            return sb::time_ns([&] {
+              for (std::uint64_t i = 0; i < n; ++i) {
+                call(fn);
+                sb::clobber();
+              }
+            });
+          },
+          static_cast<double>(n)};
+}
+
+#ifdef SIMPLER_HAVE_OPENMP
+sb::Contender omp_independent(simpler_kernel_fn fn, std::uint64_t n) {
+  return {"openmp",
+          [fn, n] {
+            std::vector<float> buf(n * 16);
+            return sb::time_ns([&] {
+#pragma omp parallel num_threads(2)
+#pragma omp single
+              {
+                for (std::uint64_t i = 0; i < n; ++i) {
+                  float* p = buf.data() + i * 16;
+#pragma omp task depend(out : p[0]) firstprivate(p)
+                  {
+                    DirectCall call({p}, 16);
+                    call(fn);
+                  }
+                }
+#pragma omp taskwait
+              }
+            });
+          },
+          static_cast<double>(n)};
+}
+
+sb::Contender omp_chain(simpler_kernel_fn fn, std::uint64_t n) {
+  return {"openmp",
+          [fn, n] {
+            static float token[16];
+            float* t = token;
+            return sb::time_ns([&] {
+#pragma omp parallel num_threads(2)
+#pragma omp single
+              {
+                for (std::uint64_t i = 0; i < n; ++i) {
+#pragma omp task depend(inout : t[0]) firstprivate(t)
+                  {
+                    DirectCall call({t}, 16);
+                    call(fn);
+                  }
+                }
+#pragma omp taskwait
+              }
+            });
+          },
+          static_cast<double>(n)};
+}
+#endif
+
+int run(int argc, char** argv) {
+  sb::Options opt = sb::parse_options(
+      argc, argv,
+      "Simulated chip (2 clusters, 3 AICPU threads) vs host threads: per-task and per-run cost.");
+  if (opt.gap_ms < 0) opt.gap_ms = opt.tiny ? 0 : 20;
+  const std::uint64_t n = opt.tiny ? 200 : 10'000;
+  sb::Report rep(opt);
+  if (!opt.csv_only) {
+    std::printf(
+        "bench_chip: %s, %d warm-up + %d measured repetitions, interleaved, %d ms gap; "
+        "load average %s\n",
+        opt.tiny ? "tiny sizes" : "full sizes", opt.warmup, opt.reps, opt.gap_ms,
+        sb::load_average().c_str());
+  }
+#ifndef SIMPLER_HAVE_OPENMP
+  std::fprintf(opt.csv_only ? stderr : stdout, "OpenMP not available: that contender is skipped\n");
+#endif
+  Chip chip;
+  const simpler_kernel_fn noop = load_kernel("kernel_noop.so");
+
+  {
+    const std::string sc = "chip_a_independent_" + sb::count_label(static_cast<std::uint32_t>(n));
+    rep.section(fmt::format("chip_a: {} independent empty-kernel tasks", n));
+    std::vector<sb::Contender> cs{chip_graph(chip, chip.independent, n), plain_loop(noop, n)};
+#ifdef SIMPLER_HAVE_OPENMP
+    cs.push_back(omp_independent(noop, n));
+#endif
+    sb::run_scenario(rep, sc, "ns/task", cs);
+#ifdef SIMPLER_HAVE_OPENMP
+    rep.ratio(sc, "chip", "openmp");
+#endif
+  }
+  {
+    const std::string sc = "chip_b_chain_" + sb::count_label(static_cast<std::uint32_t>(n));
+    rep.section(fmt::format("chip_b: a chain of {} empty-kernel tasks (InOut on one tensor)", n));
+    std::vector<sb::Contender> cs{chip_graph(chip, chip.chain, n), plain_loop(noop, n)};
+#ifdef SIMPLER_HAVE_OPENMP
+    cs.push_back(omp_chain(noop, n));
+#endif
+    sb::run_scenario(rep, sc, "ns/hop", cs);
+#ifdef SIMPLER_HAVE_OPENMP
+    rep.ratio(sc, "chip", "openmp");
+#endif
+  }
+  {
+    rep.section("chip_c: one run() of a registered callable vs its kernels called directly");
+    constexpr std::uint32_t kLen = 128 * 128;
+    std::vector<float> a(kLen, 2.0F), b(kLen, 3.0F), f(kLen, 0.0F), c(kLen), d(kLen), e(kLen),
+        g(kLen);
+    const simpler_kernel_fn add = load_kernel("kernel_add.so");
+    const simpler_kernel_fn add_scalar = load_kernel("kernel_add_scalar.so");
+    const simpler_kernel_fn mul = load_kernel("kernel_mul.so");
+    std::vector<sb::Contender> cs{
+        {"chip_run",
+         [&] {
+           simpler::TaskArgs args;
+           args.add_tensor(simpler::make_tensor(std::span<float>(a)),
+                           simpler::TensorArgType::Input);
+           args.add_tensor(simpler::make_tensor(std::span<float>(b)),
+                           simpler::TensorArgType::Input);
+           args.add_tensor(simpler::make_tensor(std::span<float>(f)),
+                           simpler::TensorArgType::Output);
+           const double ns = sb::time_ns([&] { chip.worker.run(chip.vector, args, chip.config); });
+           if (f[kLen - 1] != 47.0F) throw std::runtime_error("vector example: f != 47");
+           return ns;
+         },
+         1},
+        {"kernels_direct",
+         [&] {
+           const float one = 1.0F, two = 2.0F;
+           DirectCall k1({a.data(), b.data(), c.data()}, kLen),
+               k2({c.data(), d.data()}, kLen, &one), k3({c.data(), e.data()}, kLen, &two),
+               k4({d.data(), e.data(), g.data()}, kLen), k5({g.data(), c.data(), f.data()}, kLen);
+           const double ns = sb::time_ns([&] {
+             k1(add);
+             k2(add_scalar);
+             k3(add_scalar);
+             k4(mul);
+             k5(add);
+           });
+           if (f[0] != 47.0F) throw std::runtime_error("direct kernels: f != 47");
+           return ns;
+         },
+         1},
+        {"chip_run_1_empty", [&] { return sb::time_ns([&] { chip.run_count(chip.chain, 1); }); },
+         1},
+    };
+    sb::run_scenario(rep, "chip_c_run", "ns/run", cs);
+    rep.ratio("chip_c_run", "chip_run", "kernels_direct");
+  }
+  {
+    rep.section("chip_d: device boot (re-wire + reset) vs task window size");
+    auto boot_ns = [&](std::uint64_t window) {
+      simpler::CallConfig cfg = simpler::default_call_config();
+      for (auto& w : cfg.runtime_env.ring_task_window) w = window;
+      std::vector<double> v;
+      for (int i = 0; i < (opt.tiny ? 2 : 21); ++i) {
+        simpler::TaskArgs a;
+        a.add_scalar(std::uint64_t{1});
+        chip.worker.run(chip.chain, a, cfg);
+        v.push_back(static_cast<double>(chip.worker.stats().last_boot_ns));
+      }
+      v.erase(v.begin());  // the first run with a new sizing builds and uploads the arena
+      return sb::summarise(v);
+    };
+    const sb::Stats small = boot_ns(64), big = boot_ns(65536);
+    rep.add("chip_d_boot", "window_64", "ns/boot", small);
+    rep.add("chip_d_boot", "window_65536", "ns/boot", big);
+    rep.ratio("chip_d_boot", "window_65536", "window_64");
+    const auto s = chip.worker.stats();
+    rep.note(fmt::format("arena builds {}, uploads {}, boots {}, orchestration loads {}",
+                         s.arena_builds, s.arena_uploads, s.boots, s.orch_so_loads));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return sb::guarded_main("bench_chip", run, argc, argv);
+}
