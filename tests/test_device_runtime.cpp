@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "device/orchestration/rt_cases.hpp"
 #include "support/device_api.hpp"
 #include "support/gate.hpp"
 
@@ -17,24 +18,7 @@ namespace {
 using simpler_test::device_module;
 using simpler_test::DeviceApi;
 
-enum Case {
-  kIndependent = 0,
-  kUnknownFunc = 1,
-  kTooManyTensors = 2,
-  kTooManyScalars = 3,
-  kScopeDeadlock = 4,
-  kHeapTooSmall = 5,
-  kHeapScopeDeadlock = 6,
-  kKernelFails = 7,
-  kKernelFaults = 8,
-  kWaitsOnItself = 9,
-  kStuckKernel = 10,
-  kUnbalancedScope = 11,
-  kReportFatal = 12,
-  kChain = 13,
-  kScopeLeftOpen = 14,
-  kAllocChain = 15,
-};
+using namespace rt_cases;
 
 /// One initialised context with the rt_cases callable registered under id 0.
 struct Device {
@@ -363,6 +347,17 @@ TEST_CASE("device bad input: windows and heaps too small for the graph", "[devic
     CHECK_THAT(d.error(), Catch::Contains("heap ring 1") && Catch::Contains("open scope"));
     CHECK(d.run(kHeapScopeDeadlock, 4, &cfg) == SIMPLER_OK);
   }
+  d.check_usable();
+}
+
+TEST_CASE("a task window that never frees in time ends the run after the backstop",
+          "[device][deadlock]") {
+  simpler_init_options o{};
+  o.resource_wait_ms = 200;
+  Device d(o);
+  const auto cfg = small_rings(4, 1 << 20);
+  CHECK(d.run(kWindowBackstop, 1000, &cfg) == SIMPLER_ERR_FLOW_CONTROL_DEADLOCK);
+  CHECK_THAT(d.error(), Catch::Contains("the task window of ring 1 stayed full for 200 ms"));
   d.check_usable();
 }
 

@@ -198,6 +198,30 @@ std::uint64_t Context::scope_tasks_on_ring(std::uint32_t ring) const noexcept {
 
 namespace {
 
+/// The wall-clock backstop of a resource wait: it expires `limit` after the watched value (a
+/// retirement counter, a pool tail) last moved.
+template <class T>
+class Backstop {
+ public:
+  Backstop(T initial, std::chrono::milliseconds limit)
+      : seen_(initial), last_change_(Clock::now()), limit_(limit) {}
+  /// Records the value's current state; true once it has not moved for `limit`.
+  bool expired(T now_value) {
+    if (now_value != seen_) {
+      seen_ = now_value;
+      last_change_ = Clock::now();
+      return false;
+    }
+    return Clock::now() >= deadline();
+  }
+  [[nodiscard]] Clock::time_point deadline() const { return last_change_ + limit_; }
+
+ private:
+  T seen_;
+  Clock::time_point last_change_;
+  std::chrono::milliseconds limit_;
+};
+
 enum class Blocker { None, Window, Heap };
 
 }  // namespace
@@ -214,8 +238,8 @@ static bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes,
                           bytes, ring, rc.heap_size, ring));
     return false;
   }
-  std::uint64_t seen_alive = rc.last_alive.load(std::memory_order_seq_cst);
-  auto last_change = Clock::now();
+  Backstop<std::uint64_t> backstop(rc.last_alive.load(std::memory_order_seq_cst),
+                                   ctx.resource_wait);
   for (;;) {
     const std::uint64_t cur = rc.current.load(std::memory_order_relaxed);
     const std::uint64_t alive = rc.last_alive.load(std::memory_order_seq_cst);
@@ -276,12 +300,7 @@ static bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes,
       }
       return false;
     }
-    if (alive != seen_alive) {
-      seen_alive = alive;
-      last_change = Clock::now();
-    }
-    const auto deadline = last_change + ctx.resource_wait;
-    if (Clock::now() >= deadline) {
+    if (backstop.expired(alive)) {
       const bool heap = blocker == Blocker::Heap;
       ctx.latch(heap ? SIMPLER_ERR_HEAP_RING_DEADLOCK : SIMPLER_ERR_FLOW_CONTROL_DEADLOCK,
                 fmt::format("{} of ring {} stayed full for {} ms without a task retiring; raise "
@@ -292,7 +311,7 @@ static bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes,
     }
     ctx.progress_event.await(
         [&] { return ctx.fatal() || rc.last_alive.load(std::memory_order_seq_cst) != alive; },
-        std::chrono::microseconds(20), deadline);
+        std::chrono::microseconds(20), backstop.deadline());
   }
 }
 
@@ -306,8 +325,7 @@ static bool ensure_dep_space(Context& ctx, std::uint32_t ring, std::uint64_t n) 
                           n, ring, rc.dep_capacity, ring));
     return false;
   }
-  auto last_change = Clock::now();
-  std::uint64_t seen_tail = rc.dep_tail.load(std::memory_order_relaxed);
+  Backstop<std::uint64_t> backstop(rc.dep_tail.load(std::memory_order_relaxed), ctx.resource_wait);
   for (;;) {
     const std::uint64_t tail = rc.dep_tail.load(std::memory_order_acquire);
     if (rc.dep_top - tail + n <= rc.dep_capacity) return true;
@@ -322,12 +340,7 @@ static bool ensure_dep_space(Context& ctx, std::uint32_t ring, std::uint64_t n) 
                             ring, rc.dep_capacity, ring));
       return false;
     }
-    if (tail != seen_tail) {
-      seen_tail = tail;
-      last_change = Clock::now();
-    }
-    const auto deadline = last_change + ctx.resource_wait;
-    if (Clock::now() >= deadline) {
+    if (backstop.expired(tail)) {
       ctx.latch(SIMPLER_ERR_DEP_POOL_OVERFLOW,
                 fmt::format("the dependency-list pool of ring {} ({} entries) stayed full for {} "
                             "ms; raise runtime_env.ring_dep_pool[{}]",
@@ -339,7 +352,7 @@ static bool ensure_dep_space(Context& ctx, std::uint32_t ring, std::uint64_t n) 
           return ctx.fatal() || rc.dep_tail.load(std::memory_order_acquire) != tail ||
                  rc.last_alive.load(std::memory_order_seq_cst) != alive;
         },
-        std::chrono::microseconds(20), deadline);
+        std::chrono::microseconds(20), backstop.deadline());
   }
 }
 
@@ -398,12 +411,10 @@ static bool tm_ensure(Context& ctx, std::uint32_t n) {
   auto free_entries = [&m] { return m.capacity - m.live; };
   if (free_entries() >= n) return true;
   tm_reclaim(h);
-  auto last_change = Clock::now();
-  std::uint32_t seen = free_entries();
+  Backstop<std::uint32_t> backstop(free_entries(), ctx.resource_wait);
   while (free_entries() < n) {
     if (ctx.fatal()) return false;
-    const auto deadline = last_change + ctx.resource_wait;
-    if (Clock::now() >= deadline) {
+    if (backstop.expired(free_entries())) {
       ctx.latch(SIMPLER_ERR_TENSORMAP_OVERFLOW,
                 fmt::format("the TensorMap holds {} live tensor writers (its capacity) and none "
                             "retired for {} ms; fewer live writers or larger scopes' windows",
@@ -421,12 +432,8 @@ static bool tm_ensure(Context& ctx, std::uint32_t n) {
           }
           return false;
         },
-        std::chrono::microseconds(20), deadline);
+        std::chrono::microseconds(20), backstop.deadline());
     tm_reclaim(h);
-    if (free_entries() != seen) {
-      seen = free_entries();
-      last_change = Clock::now();
-    }
   }
   return true;
 }

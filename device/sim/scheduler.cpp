@@ -181,17 +181,22 @@ void Context::stop_threads() noexcept {
   }
 }
 
+bool Context::wait_for_launch(std::uint32_t& seen) {
+  launch_event.await(
+      [&] {
+        return stopping.load(std::memory_order_seq_cst) != 0 ||
+               generation.load(std::memory_order_seq_cst) != seen;
+      },
+      std::chrono::nanoseconds(0), far_future());
+  if (stopping.load(std::memory_order_seq_cst) != 0) return false;
+  seen = generation.load(std::memory_order_seq_cst);
+  return true;
+}
+
 void Context::orchestrator_main() {
   std::uint32_t seen = 0;
   for (;;) {
-    launch_event.await(
-        [&] {
-          return stopping.load(std::memory_order_seq_cst) != 0 ||
-                 generation.load(std::memory_order_seq_cst) != seen;
-        },
-        std::chrono::nanoseconds(0), far_future());
-    if (stopping.load(std::memory_order_seq_cst) != 0) return;
-    seen = generation.load(std::memory_order_seq_cst);
+    if (!wait_for_launch(seen)) return;
 
     scope_begin();  // the run's own scope (ring 0)
     const Callable& c = callables[run_callable];
@@ -260,14 +265,7 @@ std::uint32_t next_token(Core& c) noexcept {
 void Context::scheduler_main(int index) {
   std::uint32_t seen = 0;
   for (;;) {
-    launch_event.await(
-        [&] {
-          return stopping.load(std::memory_order_seq_cst) != 0 ||
-                 generation.load(std::memory_order_seq_cst) != seen;
-        },
-        std::chrono::nanoseconds(0), far_future());
-    if (stopping.load(std::memory_order_seq_cst) != 0) return;
-    seen = generation.load(std::memory_order_seq_cst);
+    if (!wait_for_launch(seen)) return;
     if (index < run_threads - 1) run_scheduler(index);
     threads_done.fetch_add(1, std::memory_order_seq_cst);
     done_event.notify_all();

@@ -314,6 +314,8 @@ class Context {
   std::string stall_report(const std::vector<std::uint32_t>& owned, Clock::time_point now);
   void core_main(int index);
   void orchestrator_main();
+  /// Sleeps until the next launch (true) or until the context stops (false).
+  bool wait_for_launch(std::uint32_t& seen);
 
   // Shared helpers (orchestrator.cpp)
   SlotState& slot_of(std::uint64_t id) noexcept;

@@ -6,28 +6,11 @@
 
 #include <atomic>
 
+#include "rt_cases.hpp"
+
 using simpler::device::Task;
 
-namespace {
-enum Case {
-  kIndependent = 0,
-  kUnknownFunc = 1,
-  kTooManyTensors = 2,
-  kTooManyScalars = 3,
-  kScopeDeadlock = 4,
-  kHeapTooSmall = 5,
-  kHeapScopeDeadlock = 6,
-  kKernelFails = 7,
-  kKernelFaults = 8,
-  kWaitsOnItself = 9,
-  kStuckKernel = 10,
-  kUnbalancedScope = 11,
-  kReportFatal = 12,
-  kChain = 13,
-  kScopeLeftOpen = 14,
-  kAllocChain = 15,
-};
-}  // namespace
+using namespace rt_cases;
 
 // Every run passes data, flag, case and count.
 extern "C" __attribute__((visibility("default"))) std::int32_t aicpu_orchestration_expected_args() {
@@ -118,6 +101,17 @@ SIMPLER_ORCHESTRATION(orch, args) {
       for (std::uint32_t i = 0; i < n; ++i) orch.aiv(4, Task().inout(buf));
       const auto v = orch.read<std::int32_t>(buf, 0);
       static_cast<std::int32_t*>(simpler_tensor_data(&flag))[0] = v;
+      break;
+    }
+    case kWindowBackstop: {
+      // A slow task (n ms) in a scope that already ended still occupies ring 1; a second scope
+      // then needs more of ring 1's window than is left. Not structural: the backstop decides.
+      {
+        auto s = orch.scope();
+        orch.aiv(3, Task().no_dep(data).output({4}, SIMPLER_INT32).scalar(n));
+      }
+      auto s = orch.scope();
+      for (int i = 0; i < 4; ++i) orch.aiv(0, Task().input(flag));
       break;
     }
     default:
