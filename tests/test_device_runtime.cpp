@@ -3,6 +3,7 @@
 // with the context still usable where it can be.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "device/orchestration/rt_cases.hpp"
 #include "support/device_api.hpp"
 #include "support/gate.hpp"
+#include "support/thread_states.hpp"
 
 namespace {
 
@@ -410,4 +412,20 @@ TEST_CASE("the first run of a fresh context reaches core threads that started la
     REQUIRE(d.run(kKernelFails, 0) == SIMPLER_ERR_KERNEL_FAILED);
     d.check_usable();
   }
+}
+
+TEST_CASE("an idle device context has every thread asleep", "[device][idle]") {
+  Device d;
+  REQUIRE(d.run(kIndependent, 2000) == SIMPLER_OK);
+  // After their bounded spin the AICPU and AICore threads block in the kernel ('S'); one that
+  // kept spinning would stay 'R'. 2 clusters: 6 core threads, 4 AICPU threads.
+  const bool asleep = simpler::testing::eventually(
+      [] {
+        const auto states = simpler::testing::other_thread_states();
+        return !states.empty() &&
+               std::all_of(states.begin(), states.end(), [](char c) { return c == 'S'; });
+      },
+      std::chrono::seconds(5));
+  CHECK(asleep);
+  CHECK(simpler::testing::other_thread_states().size() >= 10);
 }

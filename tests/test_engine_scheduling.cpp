@@ -12,6 +12,7 @@
 
 #include "support/gate.hpp"
 #include "support/recording_leaf.hpp"
+#include "support/thread_states.hpp"
 
 using namespace simpler;
 using namespace simpler::testing;
@@ -23,25 +24,6 @@ constexpr std::uint64_t kManyTasks = 200'000;  // sanitizers are 10-50x slower
 #else
 constexpr std::uint64_t kManyTasks = 10'000'000;
 #endif
-
-/// States ('R', 'S', ...) of every thread of this process but the calling one.
-std::vector<char> other_thread_states() {
-  std::vector<char> out;
-  const std::string self = std::to_string(static_cast<long>(::gettid()));
-  DIR* d = ::opendir("/proc/self/task");
-  if (d == nullptr) return out;
-  while (dirent* e = ::readdir(d)) {
-    const std::string tid = e->d_name;
-    if (tid == "." || tid == ".." || tid == self) continue;
-    std::ifstream f("/proc/self/task/" + tid + "/stat");
-    std::string line;
-    std::getline(f, line);
-    const auto close = line.rfind(')');
-    if (close != std::string::npos && close + 2 < line.size()) out.push_back(line[close + 2]);
-  }
-  ::closedir(d);
-  return out;
-}
 
 }  // namespace
 
