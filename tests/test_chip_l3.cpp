@@ -255,3 +255,42 @@ TEST_CASE("WorkerOptions::device_ids rejects negative and repeated ids", "[chip]
   o.chip.device_runtime.clear();
   CHECK_THROWS_MATCHES(Worker(o), UsageError, WhatContains("aicpu_thread_num"));
 }
+
+TEST_CASE("a chip child killed during a kernel fails its task and the other chip keeps working",
+          "[chip][l3][failure]") {
+  SharedArena arena;  // before init(): the chip children see it
+  auto data = arena.make<std::int32_t>(16, 0);
+  auto flag = arena.make<std::int32_t>(16, 0);
+  WorkerOptions o;
+  o.device_ids = {0, 1};
+  o.child_mode = ChildMode::Process;
+  Worker w(o);
+  const std::string dir = SIMPLER_DEVICE_MODULE_DIR;
+  const std::string orch = dir + "/test_orch_rt_cases.so";
+  // rt_cases: scalar 0 picks the case (0: one task of func_id 0; 13: a chain of func_id 4).
+  const auto dies = w.register_chip(
+      {.name = "dies", .orchestration = orch, .kernels = {{0, dir + "/test_kernel_rt_die.so"}}});
+  const auto inc = w.register_chip(
+      {.name = "inc", .orchestration = orch, .kernels = {{4, dir + "/test_kernel_rt_inc.so"}}});
+  w.init();
+  auto args = [&](std::uint64_t which, std::uint64_t n) {
+    TaskArgs a;
+    a.add_tensor(make_tensor(std::span<std::int32_t>(data.data(), 16)), TensorArgType::InOut)
+        .add_tensor(make_tensor(std::span<std::int32_t>(flag.data(), 16)), TensorArgType::Input)
+        .add_scalar(which)
+        .add_scalar(n);
+    return a;
+  };
+  CHECK_THROWS_WITH(w.run([&](Orchestrator& orc, TaskArgsView, const CallConfig&) {
+    orc.submit_next_level(dies, args(0, 1), default_call_config(), 0);
+  }),
+                    Contains("chip 0") && Contains("signal 9"));
+  for (int rep = 1; rep <= 3; ++rep) {
+    w.run([&](Orchestrator& orc, TaskArgsView, const CallConfig&) {
+      orc.submit_next_level(inc, args(13, 5), default_call_config(), 1);
+    });
+    CHECK(data[0] == 5 * rep);
+    CHECK(data[15] == 5 * rep);
+  }
+  CHECK_NOTHROW(w.close());  // the death was reported with its task, not again
+}
