@@ -252,3 +252,17 @@ TEST_CASE("two chip contexts in one process run at the same time with their own 
   CHECK(c0.chip.stats().runs == kRuns);
   CHECK(c1.chip.stats().runs == kRuns);
 }
+
+TEST_CASE("TensorMap entries of retired writers are reclaimed within a run",
+          "[chip][workload][tensormap]") {
+  // Windows of 2048 give a TensorMap of 16384 entries; 20000 writers (OutputExisting views)
+  // only fit if entries of retired writers are reused. Without reclamation the run would end in
+  // SIMPLER_ERR_TENSORMAP_OVERFLOW.
+  Chip c(noop_graph_callable("independent"));
+  CallConfig cfg = default_call_config();
+  for (auto& w : cfg.runtime_env.ring_task_window) w = 2048;
+  TaskArgs args;
+  args.add_scalar(std::uint64_t{20000});
+  CHECK_NOTHROW(c.chip.run(c.id, args, cfg));
+  CHECK(c.chip.stats().tasks_completed >= 20000);
+}

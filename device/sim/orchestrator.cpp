@@ -585,6 +585,9 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
   ScopeStack& st = h.scopes;
   const std::uint32_t ring = std::min<std::uint32_t>(st.depth - 1, kRings - 1);
 
+  // Drop TensorMap entries of retired writers first: it keeps bucket chains short (a lookup
+  // walks every entry of its buffer) and costs four checks when nothing retired.
+  tm_reclaim(h);
   // Dependencies first (they do not depend on the new slot), so a failure leaves nothing behind.
   Candidates cand;
   for (int i = 0; i < b->tensor_count; ++i) {
