@@ -97,12 +97,16 @@ void Context::latch(int status, std::string message) {
   done_event.notify_all();
 }
 
-void Context::push_ready(std::uint64_t id) noexcept {
+void Context::push_ready(std::uint64_t id, bool* pushed) noexcept {
   const auto shape = static_cast<Shape>(slot_of(id).shape);
   if (!header().queues[static_cast<int>(shape)].push(id)) {
     // Cannot happen: each queue holds as many entries as all windows together.
     latch(SIMPLER_ERR_SYSTEM,
           fmt::format("internal: the {} ready queue is full", shape_name(shape)));
+    return;
+  }
+  if (pushed != nullptr) {
+    *pushed = true;
     return;
   }
   notify_schedulers();
@@ -121,7 +125,7 @@ void Context::release_ref(std::uint64_t id) noexcept {
   if (consumed) advance_ring(ring_of(id));
 }
 
-void Context::complete_task(std::uint64_t id) noexcept {
+void Context::complete_task(std::uint64_t id, bool* pushed) noexcept {
   SlotState& s = slot_of(id);
   std::uint64_t head = 0;
   {
@@ -141,7 +145,7 @@ void Context::complete_task(std::uint64_t id) noexcept {
     head = e.next;
     const std::uint64_t consumer = e.consumer;
     if (slot_of(consumer).fanin_remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      push_ready(consumer);
+      push_ready(consumer, pushed);
     }
   }
   const std::uint64_t done = completed.fetch_add(1, std::memory_order_seq_cst) + 1;

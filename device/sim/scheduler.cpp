@@ -301,7 +301,7 @@ void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id) {
   progress.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Context::finish_core(Core& c) {
+void Context::finish_core(Core& c, bool& pushed) {
   const std::uint64_t id = c.running;
   c.running = SIMPLER_INVALID_TASK_ID;
   cores_busy.fetch_sub(1, std::memory_order_relaxed);
@@ -320,7 +320,8 @@ void Context::finish_core(Core& c) {
                       c.func_id, ring_of(id), local_of(id), core_kind(c), c.global.core_id,
                       c.global.cluster_id, c.local.message));
   }
-  if (slot_of(id).lanes_left.fetch_sub(1, std::memory_order_acq_rel) == 1) complete_task(id);
+  if (slot_of(id).lanes_left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    complete_task(id, &pushed);
 }
 
 void Context::run_scheduler(int s) {
@@ -350,9 +351,13 @@ void Context::run_scheduler(int s) {
   auto last_change = Clock::now();
   for (;;) {
     bool did = false;
+    // Tasks this pass made ready are queued without waking anyone: this scheduler dispatches
+    // what its idle cores can take and wakes the others only for what is left (in a chain, no
+    // wake-up at all).
+    bool pushed = false;
     for (std::uint32_t core : all) {
       if (finished(core)) {
-        finish_core(cores[core]);
+        finish_core(cores[core], pushed);
         did = true;
       }
     }
@@ -403,6 +408,7 @@ void Context::run_scheduler(int s) {
         did = true;
       }
     }
+    if (pushed && (!q_aic.empty() || !q_aiv.empty() || !q_mix.empty())) notify_schedulers();
     bool own_running = false;
     for (std::uint32_t core : all) own_running |= !idle(core);
     if (fatal()) {

@@ -310,7 +310,8 @@ class Context {
   void scheduler_main(int index);
   void run_scheduler(int index);
   void dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id);
-  void finish_core(Core& c);
+  /// Completes the task of a core that reported FIN; sets `pushed` when consumers became ready.
+  void finish_core(Core& c, bool& pushed);
   std::string stall_report(const std::vector<std::uint32_t>& owned, Clock::time_point now);
   void core_main(int index);
   void orchestrator_main();
@@ -320,10 +321,12 @@ class Context {
   // Shared helpers (orchestrator.cpp)
   SlotState& slot_of(std::uint64_t id) noexcept;
   Payload& payload_of(std::uint64_t id) noexcept;
-  void release_ref(std::uint64_t id) noexcept;    ///< drop one reference; consume at zero
-  void complete_task(std::uint64_t id) noexcept;  ///< COMPLETED, wake consumers, release fanin
+  void release_ref(std::uint64_t id) noexcept;  ///< drop one reference; consume at zero
+  /// COMPLETED, ready consumers, release fanin. With `pushed`, readied consumers are queued
+  /// without waking the schedulers (the caller, a scheduler, dispatches or notifies after).
+  void complete_task(std::uint64_t id, bool* pushed = nullptr) noexcept;
   void advance_ring(std::uint32_t ring) noexcept;
-  void push_ready(std::uint64_t id) noexcept;
+  void push_ready(std::uint64_t id, bool* pushed = nullptr) noexcept;
 
   // ---- configuration ------------------------------------------------------------------------
   std::int32_t device_id = -1;
