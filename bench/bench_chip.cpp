@@ -16,6 +16,7 @@
 // 2-core machine: its per-task figures are thread hand-offs, not hardware numbers.
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <array>
 #include <cstring>
@@ -99,6 +100,19 @@ struct Chip {
     worker.run(id, a, config);
   }
 };
+
+/// Context switches (voluntary + involuntary, all threads of the process) per task of one run:
+/// how often threads went to sleep or were preempted. Much less noisy than time on this VM.
+double switches_per_task(Chip& c, int id, std::uint64_t n) {
+  auto switches = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return u.ru_nvcsw + u.ru_nivcsw;
+  };
+  const auto before = switches();
+  c.run_count(id, n);
+  return static_cast<double>(switches() - before) / static_cast<double>(n);
+}
 
 sb::Contender chip_graph(Chip& c, int id, std::uint64_t n) {
   return {"chip", [&c, id, n] { return sb::time_ns([&] { c.run_count(id, n); }); },
@@ -199,6 +213,8 @@ int run(int argc, char** argv) {
 #ifdef SIMPLER_HAVE_OPENMP
     rep.ratio(sc, "chip", "openmp");
 #endif
+    rep.note(fmt::format("chip: {:.2f} context switches per task",
+                         switches_per_task(chip, chip.independent, n)));
   }
   {
     const std::string sc = "chip_b_chain_" + sb::count_label(static_cast<std::uint32_t>(n));
@@ -211,6 +227,8 @@ int run(int argc, char** argv) {
 #ifdef SIMPLER_HAVE_OPENMP
     rep.ratio(sc, "chip", "openmp");
 #endif
+    rep.note(fmt::format("chip: {:.2f} context switches per hop",
+                         switches_per_task(chip, chip.chain, n)));
   }
   {
     rep.section("chip_c: one run() of a registered callable vs its kernels called directly");

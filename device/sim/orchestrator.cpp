@@ -159,7 +159,7 @@ void Context::complete_task(std::uint64_t id, bool* pushed) noexcept {
   const Payload& p = payload_of(id);
   for (int i = 0; i < p.fanin_count; ++i) release_ref(p.fanin[i]);
   release_ref(id);  // the task's own completion reference
-  notify_progress();
+  if (orch_wants_completion.load(std::memory_order_seq_cst) != 0) notify_progress();
 }
 
 void Context::advance_ring(std::uint32_t ring) noexcept {
@@ -184,7 +184,9 @@ void Context::advance_ring(std::uint32_t ring) noexcept {
     }
     if (alive != start) rc.last_alive.store(alive, std::memory_order_seq_cst);
     rc.advance_lock.store(0, std::memory_order_seq_cst);
-    if (alive != start) notify_progress();
+    if (alive != start && alive >= orch_wants_alive[ring].load(std::memory_order_seq_cst)) {
+      notify_progress();
+    }
     if (rc.advance_pending.load(std::memory_order_seq_cst) == 0) return;
   }
 }
@@ -244,6 +246,7 @@ static bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes,
   }
   Backstop<std::uint64_t> backstop(rc.last_alive.load(std::memory_order_seq_cst),
                                    ctx.resource_wait);
+  std::uint64_t batch_limit = kWakeBatch;
   for (;;) {
     const std::uint64_t cur = rc.current.load(std::memory_order_relaxed);
     const std::uint64_t alive = rc.last_alive.load(std::memory_order_seq_cst);
@@ -313,9 +316,23 @@ static bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes,
                             heap ? "ring_heap" : "ring_task_window", ring));
       return false;
     }
+    // Wait for a batch of retirements, not for each one: a window that drains one task at a
+    // time would otherwise wake this thread per task. If fewer can retire (the rest held by a
+    // scope), the 1 ms cap bounds the delay and the loop takes whatever did retire.
+    // After a capped wait in which nothing retired, wait for any single retirement (no cap):
+    // a long-running task must not make this thread poll.
+    const std::uint64_t batch = std::max<std::uint64_t>(
+        1, std::min<std::uint64_t>({batch_limit, rc.window / 4, cur - alive}));
+    ctx.orch_wants_alive[ring].store(alive + batch, std::memory_order_seq_cst);
     ctx.progress_event.await(
-        [&] { return ctx.fatal() || rc.last_alive.load(std::memory_order_seq_cst) != alive; },
-        std::chrono::microseconds(20), backstop.deadline());
+        [&] {
+          return ctx.fatal() || rc.last_alive.load(std::memory_order_seq_cst) >= alive + batch;
+        },
+        std::chrono::microseconds(20),
+        batch > 1 ? std::min(backstop.deadline(), Clock::now() + std::chrono::milliseconds(1))
+                  : backstop.deadline());
+    ctx.orch_wants_alive[ring].store(0, std::memory_order_seq_cst);
+    batch_limit = rc.last_alive.load(std::memory_order_seq_cst) == alive ? 1 : kWakeBatch;
   }
 }
 
@@ -819,6 +836,12 @@ int Context::read_tensor(const simpler_chip_tensor* t, std::uint64_t off, void* 
     e = en.bucket_next;
   }
   const auto deadline = Clock::now() + tensor_wait;
+  // Completions wake this thread only while it waits here (see orch_wants_completion).
+  orch_wants_completion.store(1, std::memory_order_seq_cst);
+  struct Reset {
+    std::atomic<std::uint32_t>& flag;
+    ~Reset() { flag.store(0, std::memory_order_seq_cst); }
+  } reset{orch_wants_completion};
   for (int i = 0; i < writers.n; ++i) {
     const std::uint64_t w = writers.ids[i];
     auto done = [&] {

@@ -44,6 +44,8 @@ inline constexpr int kMaxAicpuThreads = 4;
 inline constexpr std::uint64_t kDefaultWindow = 4096;
 inline constexpr std::uint64_t kDefaultHeap = std::uint64_t{64} << 20;
 inline constexpr std::uint64_t kHeapAlign = 1024;
+/// Retirements an orchestrator blocked on a full ring waits for before it is woken.
+inline constexpr std::uint64_t kWakeBatch = 64;
 /// After a run failed, how much longer than the watchdog period a kernel may take to return
 /// before the context is declared broken.
 inline constexpr std::chrono::seconds kStuckGrace{5};
@@ -390,6 +392,13 @@ class Context {
   std::atomic<std::uint32_t> threads_done{0};
   detail::EventCount done_event;
   detail::EventCount progress_event;  ///< the orchestrator waits on it for resources
+  /// Wake-up filters for progress_event, so the orchestrator is not woken once per task while
+  /// it waits for a window to drain: a ring advance notifies only once last_alive reaches
+  /// orch_wants_alive[ring] (0: every advance), a completion only while orch_wants_completion.
+  /// Both are stored (seq_cst) before the orchestrator checks its condition and read (seq_cst)
+  /// after the notifier published its change, so a wake-up cannot be lost.
+  std::atomic<std::uint64_t> orch_wants_alive[kRings] = {};
+  std::atomic<std::uint32_t> orch_wants_completion{0};
 
   // ---- threads --------------------------------------------------------------------------------
   std::atomic<std::uint32_t> generation{0};
