@@ -202,34 +202,30 @@ int run(int argc, char** argv) {
   Chip chip;
   const simpler_kernel_fn noop = load_kernel("kernel_noop.so");
 
-  {
-    const std::string sc = "chip_a_independent_" + sb::count_label(static_cast<std::uint32_t>(n));
-    rep.section(fmt::format("chip_a: {} independent empty-kernel tasks", n));
-    std::vector<sb::Contender> cs{chip_graph(chip, chip.independent, n), plain_loop(noop, n)};
+  // chip_a and chip_b: one graph on the chip against the same graph as OpenMP tasks (when
+  // built with OpenMP) and the plain loop.
+  auto graph_scenario = [&](const std::string& sc, const std::string& title, int id,
+                            const char* metric, const char* unit, sb::Contender omp) {
+    rep.section(title);
+    std::vector<sb::Contender> cs{chip_graph(chip, id, n), plain_loop(noop, n)};
+    if (omp.run) cs.push_back(std::move(omp));
+    sb::run_scenario(rep, sc, metric, cs);
+    rep.ratio(sc, "chip", "openmp");  // prints nothing without the openmp contender
+    rep.note(
+        fmt::format("chip: {:.2f} context switches per {}", switches_per_task(chip, id, n), unit));
+  };
 #ifdef SIMPLER_HAVE_OPENMP
-    cs.push_back(omp_independent(noop, n));
+  sb::Contender omp_a = omp_independent(noop, n), omp_b = omp_chain(noop, n);
+#else
+  sb::Contender omp_a, omp_b;
 #endif
-    sb::run_scenario(rep, sc, "ns/task", cs);
-#ifdef SIMPLER_HAVE_OPENMP
-    rep.ratio(sc, "chip", "openmp");
-#endif
-    rep.note(fmt::format("chip: {:.2f} context switches per task",
-                         switches_per_task(chip, chip.independent, n)));
-  }
-  {
-    const std::string sc = "chip_b_chain_" + sb::count_label(static_cast<std::uint32_t>(n));
-    rep.section(fmt::format("chip_b: a chain of {} empty-kernel tasks (InOut on one tensor)", n));
-    std::vector<sb::Contender> cs{chip_graph(chip, chip.chain, n), plain_loop(noop, n)};
-#ifdef SIMPLER_HAVE_OPENMP
-    cs.push_back(omp_chain(noop, n));
-#endif
-    sb::run_scenario(rep, sc, "ns/hop", cs);
-#ifdef SIMPLER_HAVE_OPENMP
-    rep.ratio(sc, "chip", "openmp");
-#endif
-    rep.note(fmt::format("chip: {:.2f} context switches per hop",
-                         switches_per_task(chip, chip.chain, n)));
-  }
+  const std::string label = sb::count_label(static_cast<std::uint32_t>(n));
+  graph_scenario("chip_a_independent_" + label,
+                 fmt::format("chip_a: {} independent empty-kernel tasks", n), chip.independent,
+                 "ns/task", "task", std::move(omp_a));
+  graph_scenario("chip_b_chain_" + label,
+                 fmt::format("chip_b: a chain of {} empty-kernel tasks (InOut on one tensor)", n),
+                 chip.chain, "ns/hop", "hop", std::move(omp_b));
   {
     rep.section("chip_c: one run() of a registered callable vs its kernels called directly");
     constexpr std::uint32_t kLen = 128 * 128;
