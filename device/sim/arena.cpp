@@ -48,6 +48,8 @@ void* map_lazily(std::size_t bytes) noexcept {
 }  // namespace
 
 bool ReadyQueue::push(std::uint64_t item) noexcept {
+  // Positions are only claimed (relaxed is enough to read them); the cell's `seq` carries the
+  // item from producer (release) to consumer (acquire).
   std::uint64_t pos = enqueue_pos.load(std::memory_order_relaxed);
   for (;;) {
     QueueCell& c = cells[pos & mask];
@@ -236,6 +238,8 @@ void Context::boot() {
     rc.heap = heap;
     heap += align_up(s.heap[r], 4096);
     // Shared state reset: the window and heap start empty.
+    // relaxed: no device thread runs during a boot; the launch's seq_cst generation bump
+    // publishes all of this.
     rc.current.store(0, std::memory_order_relaxed);
     rc.last_alive.store(0, std::memory_order_relaxed);
     rc.advance_lock.store(0, std::memory_order_relaxed);

@@ -389,6 +389,7 @@ int Context::launch_run() {
   }
   install_fault_handler();
   boot();
+  // relaxed: the device threads are asleep; the seq_cst generation bump below publishes these.
   run_status_.store(0, std::memory_order_relaxed);
   {
     std::lock_guard lk(msg_mu);

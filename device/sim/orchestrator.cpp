@@ -117,6 +117,7 @@ void Context::release_ref(std::uint64_t id) noexcept {
   bool consumed = false;
   {
     SlotLock lk(s);
+    // relaxed: refs only changes under the slot lock, whose acquire/release orders it.
     if (s.refs.fetch_sub(1, std::memory_order_relaxed) == 1) {
       s.state.store(kSlotConsumed, std::memory_order_seq_cst);
       consumed = true;
@@ -144,12 +145,14 @@ void Context::complete_task(std::uint64_t id, bool* pushed) noexcept {
     // entries may be reused.
     head = e.next;
     const std::uint64_t consumer = e.consumer;
+    // acq_rel: the thread that takes the count to zero dispatches the consumer and must see
+    // every producer's completion (whose outputs the kernel then reads).
     if (slot_of(consumer).fanin_remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       push_ready(consumer, pushed);
     }
   }
   const std::uint64_t done = completed.fetch_add(1, std::memory_order_seq_cst) + 1;
-  progress.fetch_add(1, std::memory_order_relaxed);
+  progress.fetch_add(1, std::memory_order_relaxed);  // relaxed: a watchdog heuristic
   // The last task of the run: every scheduler may leave now.
   if (orch_done.load(std::memory_order_seq_cst) != 0 &&
       done == submitted.load(std::memory_order_seq_cst)) {
@@ -179,7 +182,9 @@ void Context::advance_ring(std::uint32_t ring) noexcept {
           s.state.load(std::memory_order_seq_cst) != kSlotConsumed) {
         break;
       }
-      rc.dep_tail.store(s.dep_pool_mark, std::memory_order_relaxed);
+      // release: the orchestrator (acquire) reuses entries up to the tail only after the
+      // completion walks that read them (they happened before this task was consumed).
+      rc.dep_tail.store(s.dep_pool_mark, std::memory_order_release);
       ++alive;
     }
     if (alive != start) rc.last_alive.store(alive, std::memory_order_seq_cst);
@@ -248,6 +253,7 @@ static bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes,
                                    ctx.resource_wait);
   std::uint64_t batch_limit = kWakeBatch;
   for (;;) {
+    // relaxed: this thread is the only writer of `current`.
     const std::uint64_t cur = rc.current.load(std::memory_order_relaxed);
     const std::uint64_t alive = rc.last_alive.load(std::memory_order_seq_cst);
     Blocker blocker = Blocker::None;
@@ -288,6 +294,7 @@ static bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes,
     // Can the wait ever end? The oldest task of this ring retires only once its scope released
     // it; if that scope is still open, only this (blocked) thread could end it.
     SlotState& oldest = rc.slots[alive & rc.mask];
+    // relaxed: scope_open is written and read by the orchestrator thread only.
     if (oldest.scope_open.load(std::memory_order_relaxed) != 0) {
       const std::uint64_t in_scope = ctx.scope_tasks_on_ring(ring);
       if (blocker == Blocker::Window) {
@@ -657,6 +664,7 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
   SlotState& s = rc.slots[local & rc.mask];
   Payload& p = rc.payloads[local & rc.mask];
   // Init-on-write: nothing else references this slot (its previous task was consumed).
+  // relaxed: the slot is published by the seq_cst stores of `state` and `current` below.
   s.lock.store(0, std::memory_order_relaxed);
   s.task_id = id;
   s.fanin_remaining.store(1, std::memory_order_relaxed);  // the wiring hold
@@ -705,7 +713,7 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
     SlotLock lk(ps);
     const std::uint32_t st_now = ps.state.load(std::memory_order_seq_cst);
     if (ps.task_id != pid || st_now == kSlotConsumed) continue;  // gone: its bytes are final
-    ps.refs.fetch_add(1, std::memory_order_relaxed);
+    ps.refs.fetch_add(1, std::memory_order_relaxed);             // under the slot lock
     p.fanin[p.fanin_count++] = pid;
     if (st_now == kSlotPending) {
       const std::uint64_t linear = rc.dep_top++;
@@ -713,6 +721,7 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
       de.consumer = id;
       de.next = ps.fanout_head;
       ps.fanout_head = dep_link(ring, linear);
+      // relaxed: the wiring hold keeps the count above zero until the acq_rel release below.
       s.fanin_remaining.fetch_add(1, std::memory_order_relaxed);
     }
   }

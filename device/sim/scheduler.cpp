@@ -294,6 +294,7 @@ void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id) {
   c.running = id;
   c.started = Clock::now();
   c.token = next_token(c);
+  // relaxed (cores_busy, progress): watchdog heuristics; no data is published through them.
   cores_busy.fetch_add(1, std::memory_order_relaxed);
   // seq_cst: pairs with the core's sleep check (EventCount protocol); also publishes args.
   c.dmb.store(c.token, std::memory_order_seq_cst);
