@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <set>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "simpler/detail/device_runtime.hpp"
+#include "simpler/detail/heap_ring.hpp"
 #include "simpler/device/task_abi.h"
 #include "simpler/error.hpp"
 
@@ -166,9 +168,11 @@ ChipWorker::ChipWorker(int device_id, ChipOptions options)
   to_ms(options_.tensor_wait, "tensor_wait");
 }
 
-ChipWorker::ChipWorker(int device_id, ChipOptions options, const detail::CallableRegistry& registry)
+ChipWorker::ChipWorker(int device_id, ChipOptions options, const detail::CallableRegistry& registry,
+                       const detail::ChipBroadcast* broadcast)
     : ChipWorker(device_id, std::move(options)) {
   registry_ = &registry;
+  broadcast_ = broadcast;
 }
 
 ChipWorker::ChipWorker(ChipWorker&& o) noexcept
@@ -180,7 +184,9 @@ ChipWorker::ChipWorker(ChipWorker&& o) noexcept
       state_(std::exchange(o.state_, State::Finalised)),
       used_ids_(std::exchange(o.used_ids_, 0)),
       names_(std::move(o.names_)),
-      id_by_index_(std::move(o.id_by_index_)) {}
+      id_by_index_(std::move(o.id_by_index_)),
+      broadcast_(o.broadcast_),
+      late_(std::move(o.late_)) {}
 
 ChipWorker& ChipWorker::operator=(ChipWorker&& o) noexcept {
   if (this != &o) {
@@ -194,6 +200,8 @@ ChipWorker& ChipWorker::operator=(ChipWorker&& o) noexcept {
     used_ids_ = std::exchange(o.used_ids_, 0);
     names_ = std::move(o.names_);
     id_by_index_ = std::move(o.id_by_index_);
+    broadcast_ = o.broadcast_;
+    late_ = std::move(o.late_);
   }
   return *this;
 }
@@ -482,6 +490,9 @@ int ChipWorker::leaf_callable_id(const LeafRequest& r) {
                     "over a Worker's registry; run callables by id instead",
                     device_id_));
   }
+  for (const auto& [digest, id] : late_) {
+    if (digest == r.digest) return id;
+  }
   const std::uint32_t index = registry_->index_of(r.digest, r.index_hint);
   if (index == detail::CallableRegistry::npos) {
     throw Error(
@@ -516,4 +527,137 @@ std::string ChipWorker::callable_name(const LeafRequest& r) const {
   return registry_->name_of(r.digest, r.index_hint);
 }
 
+}  // namespace simpler
+
+namespace simpler {
+
+std::optional<std::uint64_t> ChipWorker::control(std::uint64_t command, std::uint64_t arg) {
+  if (command == kControlRegisterChip && broadcast_ != nullptr) {
+    check_ready("control");
+    auto [digest, callable] = detail::ChipBroadcast::read(broadcast_->data(), arg);
+    const int id = register_callable(callable);
+    late_.emplace_back(digest, id);
+    return static_cast<std::uint64_t>(id);
+  }
+  if (command == kControlUnregisterChip && broadcast_ != nullptr) {
+    for (auto it = late_.begin(); it != late_.end(); ++it) {
+      if (it->first == arg) {
+        unregister_callable(it->second);
+        late_.erase(it);
+        return 0;
+      }
+    }
+    throw Error(fmt::format("chip worker on device {}: no late chip callable with digest {:#018x}",
+                            device_id_, arg));
+  }
+  return std::nullopt;
+}
+
+namespace detail {
+
+ChipBroadcast::ChipBroadcast() : base_(static_cast<std::byte*>(map_shared_region(kBytes))) {}
+
+ChipBroadcast::~ChipBroadcast() {
+  unmap_region(base_, kBytes);
+}
+
+namespace {
+
+// Record: u64 digest, u32 kernel count, strings (u32 length + bytes) name, orchestration, entry,
+// then per kernel i32 func_id, string path, string symbol.
+class Writer {
+ public:
+  Writer(std::byte* base, std::size_t cap) : base_(base), cap_(cap) {}
+  void raw(const void* p, std::size_t n) {
+    if (n > cap_ - used_) {
+      throw UsageError(fmt::format(
+          "Worker::register_chip: the chip callable does not fit the {}-byte page that carries "
+          "callables registered after init() to forked chips; register it before init()",
+          cap_));
+    }
+    std::memcpy(base_ + used_, p, n);
+    used_ += n;
+  }
+  template <class T>
+  void pod(T v) {
+    raw(&v, sizeof v);
+  }
+  void str(const std::string& s) {
+    pod(static_cast<std::uint32_t>(s.size()));
+    raw(s.data(), s.size());
+  }
+  [[nodiscard]] std::size_t used() const noexcept { return used_; }
+
+ private:
+  std::byte* base_;
+  std::size_t cap_;
+  std::size_t used_ = 0;
+};
+
+class Reader {
+ public:
+  Reader(const std::byte* base, std::size_t n) : base_(base), size_(n) {}
+  void raw(void* p, std::size_t n) {
+    if (n > size_ - used_) throw Error("chip broadcast: the record is truncated");
+    std::memcpy(p, base_ + used_, n);
+    used_ += n;
+  }
+  template <class T>
+  T pod() {
+    T v{};
+    raw(&v, sizeof v);
+    return v;
+  }
+  std::string str() {
+    const auto n = pod<std::uint32_t>();
+    if (n > size_ - used_) throw Error("chip broadcast: a string runs past the record");
+    std::string s(n, '\0');
+    raw(s.data(), n);
+    return s;
+  }
+
+ private:
+  const std::byte* base_;
+  std::size_t size_;
+  std::size_t used_ = 0;
+};
+
+}  // namespace
+
+std::size_t ChipBroadcast::write(const ChipCallable& c, std::uint64_t digest) {
+  Writer w(base_, kBytes);
+  w.pod(digest);
+  w.pod(static_cast<std::uint32_t>(c.kernels.size()));
+  w.str(c.name);
+  w.str(c.orchestration);
+  w.str(c.entry);
+  for (const ChipKernel& k : c.kernels) {
+    w.pod(k.func_id);
+    w.str(k.path);
+    w.str(k.symbol);
+  }
+  return w.used();
+}
+
+std::pair<std::uint64_t, ChipCallable> ChipBroadcast::read(const std::byte* region,
+                                                           std::size_t bytes) {
+  if (bytes > kBytes) throw Error("chip broadcast: the record is larger than the page");
+  Reader r(region, bytes);
+  const auto digest = r.pod<std::uint64_t>();
+  const auto kernels = r.pod<std::uint32_t>();
+  ChipCallable c;
+  c.name = r.str();
+  c.orchestration = r.str();
+  c.entry = r.str();
+  for (std::uint32_t i = 0; i < kernels; ++i) {
+    ChipKernel k;
+    k.func_id = r.pod<std::int32_t>();
+    k.path = r.str();
+    k.symbol = r.str();
+    c.kernels.push_back(std::move(k));
+  }
+  return {digest, std::move(c)};
+}
+
+}  // namespace detail
 }  // namespace simpler

@@ -52,6 +52,12 @@ CallableHandle CallableRegistry::add(CallableKind kind, std::string name, SubFn 
   return CallableHandle{digest, owner_, index, kind};
 }
 
+void CallableRegistry::remove_last() noexcept {
+  if (entries_.empty()) return;
+  by_digest_.erase(entries_.back().digest);
+  entries_.pop_back();
+}
+
 const CallableRegistry::Entry& CallableRegistry::check(const CallableHandle& h) const {
   if (!h.valid()) {
     throw UsageError(

@@ -200,12 +200,52 @@ TEMPLATE_TEST_CASE("register_chip checks a chip callable before any chip sees it
   CHECK_THROWS_MATCHES(
       w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(h); }), UsageError,
       WhatContains("'good' is a chip callable"));
-  if constexpr (TestType::mode == ChildMode::Process) {
-    ChipCallable late = good;
-    late.name = "late";
-    CHECK_THROWS_MATCHES(w.register_chip(late), UsageError,
-                         WhatContains("register every callable before init()"));
+  w.close();
+}
+
+TEST_CASE("with forked chips, a chip callable registered after init() reaches every chip",
+          "[chip][l3][sim]") {
+  SharedArena arena;
+  auto out = arena.make<std::int64_t>(3, 0);
+  Worker w(chip_options<InProcesses>({0, 1}, 0));
+  const auto first = w.register_chip(chipw_callable("first", "fill"));
+  w.init();
+  const auto late = w.register_chip(chipw_callable("late", "fill"));
+  for (int rep = 0; rep < 2; ++rep) {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_next_level(first, fill_args(make_tensor(&out[0], {1}, DataType::Int64), 1 + rep),
+                          default_call_config(), 0);
+      for (WorkerId chip = 0; chip < 2; ++chip) {
+        o.submit_next_level(
+            late, fill_args(make_tensor(&out[1 + chip], {1}, DataType::Int64), 10 * chip + rep),
+            default_call_config(), chip);
+      }
+    });
+    CHECK(out[0] == 1 + rep);
+    CHECK(out[1] == rep);
+    CHECK(out[2] == 10 + rep);
   }
+  w.close();
+}
+
+TEST_CASE("a chip callable a forked chip refuses after init() is withdrawn, naming the chip",
+          "[chip][l3][sim][bad-input]") {
+  SharedArena arena;
+  auto out = arena.make<std::int64_t>(1, 0);
+  Worker w(chip_options<InProcesses>({0, 1}, 0));
+  w.init();
+  ChipCallable bad = chipw_callable("late", "fill");
+  bad.kernels[0].path = bad.orchestration;  // exists, but exports no kernel_entry
+  CHECK_THROWS_MATCHES(
+      w.register_chip(bad), Error,
+      WhatContains("register_chip('late'): chip 0 refused it") && WhatContains("kernel_entry"));
+  // The name is free again and a good callable under it runs.
+  const auto good = w.register_chip(chipw_callable("late", "fill"));
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_next_level(good, fill_args(make_tensor(&out[0], {1}, DataType::Int64), 7),
+                        default_call_config(), 1);
+  });
+  CHECK(out[0] == 7);
   w.close();
 }
 
@@ -293,4 +333,37 @@ TEST_CASE("a chip child killed during a kernel fails its task and the other chip
     CHECK(data[15] == 5 * rep);
   }
   CHECK_NOTHROW(w.close());  // the death was reported with its task, not again
+}
+
+TEST_CASE("a late chip callable the second chip cannot take is withdrawn from the first",
+          "[chip][l3][failure]") {
+  SharedArena arena;
+  auto out = arena.make<std::int64_t>(1, 0);
+  Worker w(chip_options<InProcesses>({0, 1}, 0));
+  const std::string dir = SIMPLER_DEVICE_MODULE_DIR;
+  const auto dies = w.register_chip({.name = "dies",
+                                     .orchestration = dir + "/test_orch_rt_cases.so",
+                                     .kernels = {{0, dir + "/test_kernel_rt_die.so"}}});
+  const auto fill = w.register_chip(chipw_callable("fill", "fill"));
+  w.init();
+  // Chip 1 dies in a kernel (rt_cases case 0: one task of func_id 0).
+  std::array<std::int32_t, 16> data{}, flag{};
+  CHECK_THROWS(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    TaskArgs a;
+    a.add_tensor(make_tensor(std::span<std::int32_t>(data)), TensorArgType::NoDep)
+        .add_tensor(make_tensor(std::span<std::int32_t>(flag)), TensorArgType::NoDep)
+        .add_scalar(0)
+        .add_scalar(1);
+    o.submit_next_level(dies, std::move(a), default_call_config(), 1);
+  }));
+  // Chip 0 takes the late callable, chip 1 cannot: the registration fails naming chip 1, and
+  // chip 0 (where it was withdrawn) keeps running what it had.
+  CHECK_THROWS_MATCHES(w.register_chip(chipw_callable("late", "fill")), Error,
+                       WhatContains("register_chip('late'): chip 1 refused it"));
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_next_level(fill, fill_args(make_tensor(&out[0], {1}, DataType::Int64), 9),
+                        default_call_config(), 0);
+  });
+  CHECK(out[0] == 9);
+  CHECK_NOTHROW(w.close());
 }

@@ -13,10 +13,12 @@
 #include <concepts>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
@@ -84,6 +86,7 @@ class BasicWorker {
         core_(std::move(o.core_)),
         orch_(std::move(o.orch_)),
         sched_(std::move(o.sched_)),
+        chip_broadcast_(std::move(o.chip_broadcast_)),
         state_(std::exchange(o.state_, State::Closed)),
         run_id_(o.run_id_),
         has_process_children_(o.has_process_children_) {}
@@ -107,12 +110,29 @@ class BasicWorker {
   /// name, a missing orchestration or kernel file, a func_id outside 0..1023 or used twice (see
   /// validate(ChipCallable)), a duplicate name, or during a run. Paths are made absolute. With
   /// ChildMode::Process, register before init() (the chips are started in their children then).
+  /// With forked chips after init(), the callable is sent to every chip child over its mailbox
+  /// and registered there; if one refuses (say its kernel .so lacks the entry symbol), it is
+  /// unregistered from the others and this throws naming the chip and its error.
   CallableHandle register_chip(ChipCallable callable) {
-    check_can_register("register_chip");
+    const bool broadcast = state_ == State::Ready && chip_broadcast_ != nullptr;
+    if (broadcast) {
+      if (orch_->in_run()) throw UsageError("Worker::register_chip: cannot register during a run");
+    } else {
+      check_can_register("register_chip");
+    }
     validate(callable);
     auto chip = std::make_shared<const ChipCallable>(with_absolute_paths(std::move(callable)));
     std::string name = chip->name;
-    return registry_->add(CallableKind::Chip, std::move(name), {}, {}, std::move(chip));
+    const CallableHandle h = registry_->add(CallableKind::Chip, std::move(name), {}, {}, chip);
+    if (broadcast) {
+      try {
+        broadcast_chip(*chip, h.digest);
+      } catch (...) {
+        registry_->remove_last();
+        throw;
+      }
+    }
+    return h;
   }
 
   /// Adds a next-level child running `leaf`, in this process or in a forked child according to
@@ -317,14 +337,53 @@ class BasicWorker {
           }
         }
       }
+      // Forked chips learn of callables registered after init() through this page.
+      if (options_.child_mode == ChildMode::Process && !ids.empty()) {
+        chip_broadcast_ = std::make_unique<detail::ChipBroadcast>();
+      }
       for (int id : ids) {
         add_lane<ChipWorker>(detail::Role::NextLevel, fmt::format("chip {}", id),
-                             ChipWorker(id, chip, *registry_));
+                             ChipWorker(id, chip, *registry_, chip_broadcast_.get()));
       }
     } else {
       throw UsageError(
           "WorkerOptions::device_ids is set but this Worker's lane set has no ChipWorker lane");
     }
+  }
+
+  /// Registers `c` on every forked chip child; on a refusal, unregisters it from the chips that
+  /// took it and throws.
+  void broadcast_chip(const ChipCallable& c, std::uint64_t digest) {
+    const std::size_t bytes = chip_broadcast_->write(c, digest);
+    std::vector<std::function<void()>> rollback;
+    std::string refused, why;
+    sched_->for_each_lane([&](auto& lane) {
+      using L = std::remove_cvref_t<decltype(lane)>;
+      if constexpr (std::is_same_v<typename L::leaf_type, ChipWorker> &&
+                    std::is_same_v<typename L::transport_type, ForkShmTransport>) {
+        if (!refused.empty()) return;
+        auto& ep = lane.endpoint();
+        try {
+          ep.control(ChipWorker::kControlRegisterChip, bytes);
+          rollback.emplace_back(
+              [&ep, digest] { ep.control(ChipWorker::kControlUnregisterChip, digest); });
+        } catch (const std::exception& e) {
+          refused = lane.name;
+          why = e.what();
+        }
+      }
+    });
+    if (refused.empty()) return;
+    for (auto& undo : rollback) {
+      try {
+        undo();
+      } catch (...) {
+        // A chip that cannot unregister keeps an unused callable; the refusal is what we report.
+      }
+    }
+    throw Error(fmt::format(
+        "Worker::register_chip('{}'): {} refused it, so it was withdrawn from the other chips: {}",
+        c.name, refused, why));
   }
 
   void check_can_register(const char* api) const {
@@ -352,6 +411,7 @@ class BasicWorker {
   std::unique_ptr<detail::EngineCore> core_;
   std::unique_ptr<Orchestrator> orch_;
   std::unique_ptr<Scheduler<Lanes...>> sched_;
+  std::unique_ptr<detail::ChipBroadcast> chip_broadcast_;  ///< forked chips only
   State state_ = State::New;
   std::uint32_t run_id_ = 0;
   bool has_process_children_ = false;

@@ -54,6 +54,8 @@ class WorkerThread : public detail::LaneCore {
   [[nodiscard]] L& leaf() noexcept { return leaf_; }
   /// The transport endpoint (for diagnostics and tests: a child's pid, its death).
   [[nodiscard]] const auto& endpoint() const noexcept { return endpoint_; }
+  /// For control commands between runs (never while the lane runs a task).
+  [[nodiscard]] auto& endpoint() noexcept { return endpoint_; }
 
  private:
   void loop() noexcept {

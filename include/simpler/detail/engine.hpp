@@ -136,6 +136,8 @@ class CallableRegistry {
   std::string name_of(std::uint64_t digest, std::uint32_t index_hint) const;
   [[nodiscard]] std::uint64_t owner() const noexcept { return owner_; }
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+  /// Drops the entry added last (a registration that had to be rolled back).
+  void remove_last() noexcept;
 
  private:
   std::uint64_t owner_;

@@ -14,8 +14,11 @@
 // the child instead.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "simpler/call_config.hpp"
@@ -32,8 +35,39 @@ namespace detail {
 struct DeviceRuntime;
 }
 
+namespace detail {
+
+/// A shared-memory page that carries a chip callable registered after init() to forked chip
+/// children (Worker::register_chip): the parent writes it, then sends each chip child
+/// ChipWorker::kControlRegisterChip over its mailbox. Mapped before the children are forked.
+class ChipBroadcast {
+ public:
+  static constexpr std::size_t kBytes = 64 * 1024;
+  ChipBroadcast();
+  ~ChipBroadcast();
+  ChipBroadcast(const ChipBroadcast&) = delete;
+  ChipBroadcast& operator=(const ChipBroadcast&) = delete;
+  /// Writes `c` and its digest; returns the bytes written. Throws UsageError when it does not
+  /// fit.
+  std::size_t write(const ChipCallable& c, std::uint64_t digest);
+  /// Reads what write() wrote; throws Error for a malformed record.
+  static std::pair<std::uint64_t, ChipCallable> read(const std::byte* region, std::size_t bytes);
+  [[nodiscard]] const std::byte* data() const noexcept { return base_; }
+
+ private:
+  std::byte* base_;
+};
+
+}  // namespace detail
+
 class ChipWorker {
  public:
+  /// Control commands a forked chip child serves between tasks (see detail::ChipBroadcast):
+  /// register the callable in the broadcast page (arg = its size; answers the callable id), and
+  /// unregister the late callable with digest `arg` (a rollback).
+  static constexpr std::uint64_t kControlRegisterChip = 0x4348495000000001ULL;
+  static constexpr std::uint64_t kControlUnregisterChip = 0x4348495000000002ULL;
+
   /// Callable ids a chip accepts: 0 .. kMaxCallables - 1.
   static constexpr int kMaxCallables = 64;
 
@@ -42,7 +76,8 @@ class ChipWorker {
   explicit ChipWorker(int device_id, ChipOptions options = {});
   /// A chip as a Worker's next-level leaf: runs the chip callables of `registry`, which must
   /// outlive it.
-  ChipWorker(int device_id, ChipOptions options, const detail::CallableRegistry& registry);
+  ChipWorker(int device_id, ChipOptions options, const detail::CallableRegistry& registry,
+             const detail::ChipBroadcast* broadcast = nullptr);
   ChipWorker(ChipWorker&& other) noexcept;
   ChipWorker& operator=(ChipWorker&& other) noexcept;
   ChipWorker(const ChipWorker&) = delete;
@@ -105,6 +140,9 @@ class ChipWorker {
   /// Error for a digest that names no chip callable, DeviceError when the run fails.
   void run(const LeafRequest& r);
   [[nodiscard]] std::string callable_name(const LeafRequest& r) const;
+  /// Serves kControlRegisterChip / kControlUnregisterChip in a forked chip child; nullopt for
+  /// any other command (the transport answers it as unknown).
+  std::optional<std::uint64_t> control(std::uint64_t command, std::uint64_t arg);
 
  private:
   enum class State { New, Ready, Finalised };
@@ -124,6 +162,8 @@ class ChipWorker {
   std::uint64_t used_ids_ = 0;      ///< bit i: callable id i is registered
   std::vector<std::string> names_;  ///< by callable id, for messages
   std::vector<int> id_by_index_;    ///< registry index -> callable id; -1 = not on the chip
+  const detail::ChipBroadcast* broadcast_ = nullptr;
+  std::vector<std::pair<std::uint64_t, int>> late_;  ///< digest -> callable id, after start()
 };
 
 static_assert(Leaf<ChipWorker>);
