@@ -506,6 +506,34 @@ static void tm_insert(ArenaHeader& h, std::uint64_t addr, std::uint64_t begin, s
 
 namespace {
 
+struct SlotInit {
+  std::int32_t fanin_hold;
+  std::int32_t refs;
+  std::int32_t lanes;
+  std::uint8_t shape;
+  std::uint8_t lane_mask;
+  std::uint64_t heap_begin, heap_end;
+  std::uint32_t state;
+};
+
+/// Init-on-write of a newly allocated slot: nothing else references it (its previous task was
+/// consumed and retired). relaxed: the slot is published by the seq_cst store of `state` here
+/// and of the ring's `current` after the payload is written.
+void bind_slot(SlotState& s, std::uint64_t id, const SlotInit& in) noexcept {
+  s.lock.store(0, std::memory_order_relaxed);
+  s.task_id = id;
+  s.fanin_remaining.store(in.fanin_hold, std::memory_order_relaxed);
+  s.refs.store(in.refs, std::memory_order_relaxed);
+  s.fanout_head = 0;
+  s.lanes_left.store(in.lanes, std::memory_order_relaxed);
+  s.scope_open.store(1, std::memory_order_relaxed);
+  s.shape = in.shape;
+  s.lane_mask = in.lane_mask;
+  s.heap_begin = in.heap_begin;
+  s.heap_end = in.heap_end;
+  s.state.store(in.state, std::memory_order_seq_cst);
+}
+
 struct Candidates {
   std::uint64_t ids[kMaxFanin + 1];
   int n = 0;
@@ -663,20 +691,10 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
   const std::uint64_t id = make_task_id(ring, local);
   SlotState& s = rc.slots[local & rc.mask];
   Payload& p = rc.payloads[local & rc.mask];
-  // Init-on-write: nothing else references this slot (its previous task was consumed).
-  // relaxed: the slot is published by the seq_cst stores of `state` and `current` below.
-  s.lock.store(0, std::memory_order_relaxed);
-  s.task_id = id;
-  s.fanin_remaining.store(1, std::memory_order_relaxed);  // the wiring hold
-  s.refs.store(2, std::memory_order_relaxed);             // the scope + the completion
-  s.fanout_head = 0;
-  s.lanes_left.store(lanes_used, std::memory_order_relaxed);
-  s.scope_open.store(1, std::memory_order_relaxed);
-  s.shape = static_cast<std::uint8_t>(shape);
-  s.lane_mask = mask;
-  s.heap_begin = heap_off;
-  s.heap_end = heap_off + out_bytes;
-  s.state.store(kSlotPending, std::memory_order_seq_cst);
+  // The wiring hold on the fanin; references of the scope and of the completion.
+  bind_slot(s, id,
+            {1, 2, lanes_used, static_cast<std::uint8_t>(shape), mask, heap_off,
+             heap_off + out_bytes, kSlotPending});
   p.tensor_count = b->tensor_count;
   p.scalar_count = b->scalar_count;
   p.fanin_count = 0;
@@ -798,19 +816,9 @@ int Context::alloc_tensor(const std::uint32_t* shapes, std::uint32_t ndims, std:
   const std::uint64_t id = make_task_id(ring, local);
   SlotState& s = rc.slots[local & rc.mask];
   Payload& p = rc.payloads[local & rc.mask];
-  s.lock.store(0, std::memory_order_relaxed);
-  s.task_id = id;
-  s.fanin_remaining.store(0, std::memory_order_relaxed);
-  s.refs.store(1, std::memory_order_relaxed);  // the scope only: it completed at birth
-  s.fanout_head = 0;
-  s.lanes_left.store(0, std::memory_order_relaxed);
-  s.scope_open.store(1, std::memory_order_relaxed);
-  s.shape = 0;
-  s.lane_mask = 0;
-  s.heap_begin = heap_off;
-  s.heap_end = heap_off + bytes;
+  // Only the scope holds it: it completed at birth.
+  bind_slot(s, id, {0, 1, 0, 0, 0, heap_off, heap_off + bytes, kSlotCompleted});
   s.dep_pool_mark = rc.dep_top;
-  s.state.store(kSlotCompleted, std::memory_order_seq_cst);
   p.tensor_count = 0;
   p.scalar_count = 0;
   p.fanin_count = 0;
