@@ -299,6 +299,11 @@ TEST_CASE("device bad input: what the orchestration submits", "[device][bad-inpu
     CHECK(d.run(kScopeLeftOpen, 0) == SIMPLER_ERR_SCOPE_OVERFLOW);
     CHECK_THAT(d.error(), Catch::Contains("left 1 scope(s) open"));
   }
+  SECTION("a device-side read of bytes with more live writers than tracked") {
+    CHECK(d.run(kReadManyWriters, 70) == SIMPLER_ERR_TOO_MANY_PRODUCERS);
+    CHECK_THAT(d.error(), Catch::Contains("read_tensor: more than 64 live tasks write"));
+    CHECK(d.run(kReadManyWriters, 10) == SIMPLER_OK);
+  }
   SECTION("the orchestration reports a fatal error") {
     CHECK(d.run(kReportFatal, 0) == SIMPLER_ERR_ORCH_FATAL);
     CHECK_THAT(d.error(), Catch::Contains("the input is not what this orchestration expects"));
@@ -419,13 +424,7 @@ TEST_CASE("an idle device context has every thread asleep", "[device][idle]") {
   REQUIRE(d.run(kIndependent, 2000) == SIMPLER_OK);
   // After their bounded spin the AICPU and AICore threads block in the kernel ('S'); one that
   // kept spinning would stay 'R'. 2 clusters: 6 core threads, 4 AICPU threads.
-  const bool asleep = simpler::testing::eventually(
-      [] {
-        const auto states = simpler::testing::other_thread_states();
-        return !states.empty() &&
-               std::all_of(states.begin(), states.end(), [](char c) { return c == 'S'; });
-      },
-      std::chrono::seconds(5));
+  const bool asleep = simpler::testing::other_threads_fall_asleep(std::chrono::seconds(5));
   CHECK(asleep);
   CHECK(simpler::testing::other_thread_states().size() >= 10);
 }

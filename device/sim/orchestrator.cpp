@@ -852,6 +852,14 @@ int Context::read_tensor(const simpler_chip_tensor* t, std::uint64_t off, void* 
     if (en.addr == t->addr && overlaps(begin, end, en.begin, en.end)) writers.add(en.producer);
     e = en.bucket_next;
   }
+  if (writers.overflow) {
+    // Waiting for only some of them would read bytes that are still being written.
+    latch(SIMPLER_ERR_TOO_MANY_PRODUCERS,
+          fmt::format("read_tensor: more than {} live tasks write the bytes read; read a smaller "
+                      "view or after a task that depends on them",
+                      kMaxFanin));
+    return SIMPLER_ERR_TOO_MANY_PRODUCERS;
+  }
   const auto deadline = Clock::now() + tensor_wait;
   // Completions wake this thread only while it waits here (see orch_wants_completion).
   orch_wants_completion.store(1, std::memory_order_seq_cst);

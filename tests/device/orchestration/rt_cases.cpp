@@ -114,6 +114,10 @@ SIMPLER_ORCHESTRATION(orch, args) {
       for (int i = 0; i < 4; ++i) orch.aiv(0, Task().input(flag));
       break;
     }
+    case kReadManyWriters:  // n writers of `data` (held by the run's scope), then a read of it
+      for (std::uint32_t i = 0; i < n; ++i) orch.aiv(0, Task().output(data));
+      static_cast<void>(orch.read<std::int32_t>(data, 0));
+      break;
     default:
       orch.report_fatal("rt_cases: unknown case");
   }

@@ -20,5 +20,6 @@ enum Case {
   kScopeLeftOpen = 14,
   kAllocChain = 15,
   kWindowBackstop = 16,
+  kReadManyWriters = 17,
 };
 }  // namespace rt_cases
