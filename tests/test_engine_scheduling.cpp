@@ -207,13 +207,7 @@ TEST_CASE("an idle initialised Worker has every thread asleep", "[engine][idle]"
   });
   // After the bounded spin every engine thread blocks in the kernel ('S'). A thread that kept
   // spinning would stay 'R' and fail this.
-  const bool asleep = eventually(
-      [] {
-        const auto states = other_thread_states();
-        return !states.empty() &&
-               std::all_of(states.begin(), states.end(), [](char c) { return c == 'S'; });
-      },
-      std::chrono::seconds(5));
+  const bool asleep = other_threads_fall_asleep(std::chrono::seconds(5));
   CHECK(asleep);
   CHECK(other_thread_states().size() >= 3);  // scheduler + 2 lanes
 }

@@ -5,9 +5,13 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "support/gate.hpp"
 
 namespace simpler::testing {
 
@@ -28,6 +32,18 @@ inline std::vector<char> other_thread_states() {
   }
   ::closedir(d);
   return out;
+}
+
+/// True once every other thread of this process is blocked in the kernel ('S') within
+/// `limit`: a runtime whose threads kept spinning while idle fails it.
+inline bool other_threads_fall_asleep(std::chrono::milliseconds limit) {
+  return eventually(
+      [] {
+        const auto states = other_thread_states();
+        return !states.empty() &&
+               std::all_of(states.begin(), states.end(), [](char c) { return c == 'S'; });
+      },
+      limit);
 }
 
 }  // namespace simpler::testing
