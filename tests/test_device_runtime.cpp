@@ -19,12 +19,13 @@ namespace {
 
 using simpler_test::device_module;
 using simpler_test::DeviceApi;
+using simpler_test::sim_api;
 
 using namespace rt_cases;
 
 /// One initialised context with the rt_cases callable registered under id 0.
 struct Device {
-  const DeviceApi& api = DeviceApi::sim();
+  const DeviceApi& api = sim_api();
   simpler_device_context* ctx = nullptr;
   std::array<std::int32_t, 16> data{};
   std::array<std::int32_t, 16> flag{};
@@ -33,10 +34,10 @@ struct Device {
   std::string orch = device_module("test_orch_rt_cases.so");
 
   explicit Device(simpler_init_options opts = {}, std::int32_t device_id = 0) {
-    ctx = api.simpler_create_context();
+    ctx = api.create_context();
     REQUIRE(ctx != nullptr);
     opts.struct_size = sizeof opts;
-    REQUIRE(api.simpler_init(ctx, device_id, &opts) == SIMPLER_OK);
+    REQUIRE(api.init(ctx, device_id, &opts) == SIMPLER_OK);
     const char* names[] = {"rt_noop", "rt_fail", "rt_fault", "rt_spin", "rt_inc", "rt_fill"};
     for (int i = 0; i < 6; ++i) {
       paths[i] = device_module(std::string("test_kernel_") + names[i] + ".so");
@@ -46,7 +47,7 @@ struct Device {
   }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
-  ~Device() { api.simpler_destroy_context(ctx); }
+  ~Device() { api.destroy_context(ctx); }
 
   int register_at(std::int32_t id) {
     simpler_chip_callable_desc d{};
@@ -54,7 +55,7 @@ struct Device {
     d.orch_path = orch.c_str();
     d.kernel_count = static_cast<std::uint32_t>(kernels.size());
     d.kernels = kernels.data();
-    return api.simpler_register_callable(ctx, id, &d);
+    return api.register_callable(ctx, id, &d);
   }
 
   int run(int which, std::uint64_t n, const simpler_run_config* cfg = nullptr, int id = 0) {
@@ -67,12 +68,12 @@ struct Device {
     }
     const std::uint64_t scalars[2] = {static_cast<std::uint64_t>(which), n};
     const simpler_task_args args{2, 2, t, scalars};
-    return api.simpler_run(ctx, id, &args, cfg);
+    return api.run(ctx, id, &args, cfg);
   }
-  [[nodiscard]] std::string error() const { return api.simpler_last_error(ctx); }
+  [[nodiscard]] std::string error() const { return api.last_error(ctx); }
   [[nodiscard]] simpler_context_stats stats() const {
     simpler_context_stats s{};
-    REQUIRE(api.simpler_get_stats(ctx, &s) == SIMPLER_OK);
+    REQUIRE(api.get_stats(ctx, &s) == SIMPLER_OK);
     return s;
   }
   /// The context still runs a small graph correctly.
@@ -99,10 +100,9 @@ simpler_run_config small_rings(std::uint64_t window, std::uint64_t heap) {
 }  // namespace
 
 TEST_CASE("the simulator reports the ABI version this host was built against", "[device][abi]") {
-  CHECK(DeviceApi::sim().simpler_device_abi_version() == SIMPLER_DEVICE_ABI_VERSION);
-  CHECK(std::string(DeviceApi::sim().simpler_status_name(SIMPLER_ERR_KERNEL_FAULT)) ==
-        "SIMPLER_ERR_KERNEL_FAULT");
-  CHECK(std::string(DeviceApi::sim().simpler_status_name(-12345)) == "SIMPLER_ERR_UNKNOWN");
+  CHECK(sim_api().device_abi_version() == SIMPLER_DEVICE_ABI_VERSION);
+  CHECK(std::string(sim_api().status_name(SIMPLER_ERR_KERNEL_FAULT)) == "SIMPLER_ERR_KERNEL_FAULT");
+  CHECK(std::string(sim_api().status_name(-12345)) == "SIMPLER_ERR_UNKNOWN");
 }
 
 TEST_CASE("an InOut chain over AIC and AIV cores runs in submission order", "[device][deps]") {
@@ -207,8 +207,8 @@ TEST_CASE("device bad input: callable registration", "[device][bad-input]") {
     CHECK_THAT(d.error(), Catch::Contains("func_id 1 appears twice"));
   }
   SECTION("unregistering frees the id for a new registration") {
-    REQUIRE(d.api.simpler_unregister_callable(d.ctx, 0) == SIMPLER_OK);
-    CHECK(d.api.simpler_unregister_callable(d.ctx, 0) == SIMPLER_ERR_UNKNOWN_CALLABLE);
+    REQUIRE(d.api.unregister_callable(d.ctx, 0) == SIMPLER_OK);
+    CHECK(d.api.unregister_callable(d.ctx, 0) == SIMPLER_ERR_UNKNOWN_CALLABLE);
     REQUIRE(d.register_at(0) == SIMPLER_OK);
     d.check_usable();
     CHECK(d.stats().orch_so_loads == 2);
@@ -224,7 +224,7 @@ TEST_CASE("device bad input: running", "[device][bad-input]") {
   }
   SECTION("fewer arguments than the orchestration expects") {
     const simpler_task_args none{0, 0, nullptr, nullptr};
-    CHECK(d.api.simpler_run(d.ctx, 0, &none, nullptr) == SIMPLER_ERR_ARG_COUNT);
+    CHECK(d.api.run(d.ctx, 0, &none, nullptr) == SIMPLER_ERR_ARG_COUNT);
     CHECK_THAT(d.error(), Catch::Contains("expects 4 arguments"));
     d.check_usable();
   }
@@ -235,8 +235,8 @@ TEST_CASE("device bad input: running", "[device][bad-input]") {
     d.check_usable();
   }
   SECTION("phases out of order") {
-    CHECK(d.api.simpler_launch_run(d.ctx) == SIMPLER_ERR_NO_RUN);
-    CHECK(d.api.simpler_wait_run(d.ctx) == SIMPLER_ERR_NO_RUN);
+    CHECK(d.api.launch_run(d.ctx) == SIMPLER_ERR_NO_RUN);
+    CHECK(d.api.wait_run(d.ctx) == SIMPLER_ERR_NO_RUN);
     simpler_tensor t[2]{};
     for (auto& x : t) {
       x.data = reinterpret_cast<std::uintptr_t>(d.data.data());
@@ -246,35 +246,35 @@ TEST_CASE("device bad input: running", "[device][bad-input]") {
     }
     const std::uint64_t sc[2] = {kChain, 2};
     const simpler_task_args args{2, 2, t, sc};
-    REQUIRE(d.api.simpler_prepare_run(d.ctx, 0, &args, nullptr) == SIMPLER_OK);
-    CHECK(d.api.simpler_prepare_run(d.ctx, 0, &args, nullptr) == SIMPLER_ERR_RUN_ACTIVE);
+    REQUIRE(d.api.prepare_run(d.ctx, 0, &args, nullptr) == SIMPLER_OK);
+    CHECK(d.api.prepare_run(d.ctx, 0, &args, nullptr) == SIMPLER_ERR_RUN_ACTIVE);
     CHECK(d.register_at(2) == SIMPLER_ERR_RUN_ACTIVE);
     d.data.fill(0);
-    REQUIRE(d.api.simpler_launch_run(d.ctx) == SIMPLER_OK);
-    REQUIRE(d.api.simpler_wait_run(d.ctx) == SIMPLER_OK);
-    REQUIRE(d.api.simpler_finalize_run(d.ctx) == SIMPLER_OK);
+    REQUIRE(d.api.launch_run(d.ctx) == SIMPLER_OK);
+    REQUIRE(d.api.wait_run(d.ctx) == SIMPLER_OK);
+    REQUIRE(d.api.finalize_run(d.ctx) == SIMPLER_OK);
     CHECK(d.data[0] == 2);
     // A prepared run may be abandoned before launch.
-    REQUIRE(d.api.simpler_prepare_run(d.ctx, 0, &args, nullptr) == SIMPLER_OK);
-    REQUIRE(d.api.simpler_finalize_run(d.ctx) == SIMPLER_OK);
+    REQUIRE(d.api.prepare_run(d.ctx, 0, &args, nullptr) == SIMPLER_OK);
+    REQUIRE(d.api.finalize_run(d.ctx) == SIMPLER_OK);
     CHECK(d.data[0] == 2);
     d.check_usable();
   }
 }
 
 TEST_CASE("device bad input: an uninitialised or finalised context", "[device][bad-input]") {
-  const DeviceApi& api = DeviceApi::sim();
-  simpler_device_context* ctx = api.simpler_create_context();
+  const DeviceApi& api = sim_api();
+  simpler_device_context* ctx = api.create_context();
   REQUIRE(ctx != nullptr);
-  CHECK(api.simpler_run(ctx, 0, nullptr, nullptr) == SIMPLER_ERR_NOT_INITIALISED);
-  CHECK_THAT(std::string(api.simpler_last_error(ctx)), Catch::Contains("simpler_init"));
-  REQUIRE(api.simpler_init(ctx, 0, nullptr) == SIMPLER_OK);
-  CHECK(api.simpler_init(ctx, 1, nullptr) == SIMPLER_ERR_ALREADY_INITIALISED);
-  REQUIRE(api.simpler_finalize(ctx) == SIMPLER_OK);
-  CHECK(api.simpler_run(ctx, 0, nullptr, nullptr) == SIMPLER_ERR_FINALISED);
-  CHECK(api.simpler_device_malloc(ctx, 64) == nullptr);
-  api.simpler_destroy_context(ctx);
-  CHECK(api.simpler_run(nullptr, 0, nullptr, nullptr) == SIMPLER_ERR_INVALID_ARGUMENT);
+  CHECK(api.run(ctx, 0, nullptr, nullptr) == SIMPLER_ERR_NOT_INITIALISED);
+  CHECK_THAT(std::string(api.last_error(ctx)), Catch::Contains("simpler_init"));
+  REQUIRE(api.init(ctx, 0, nullptr) == SIMPLER_OK);
+  CHECK(api.init(ctx, 1, nullptr) == SIMPLER_ERR_ALREADY_INITIALISED);
+  REQUIRE(api.finalize(ctx) == SIMPLER_OK);
+  CHECK(api.run(ctx, 0, nullptr, nullptr) == SIMPLER_ERR_FINALISED);
+  CHECK(api.device_malloc(ctx, 64) == nullptr);
+  api.destroy_context(ctx);
+  CHECK(api.run(nullptr, 0, nullptr, nullptr) == SIMPLER_ERR_INVALID_ARGUMENT);
 }
 
 TEST_CASE("device bad input: what the orchestration submits", "[device][bad-input]") {
