@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
+#include <thread>
 
 #include "simpler/error.hpp"
 
@@ -51,14 +53,95 @@ Orchestrator::~Orchestrator() {
   for (auto& h : heaps_) detail::unmap_region(h.base(), h.size());
 }
 
-void Orchestrator::check_open(const char* api) const {
-  if (!in_run_) {
+void Orchestrator::check_owner(const char* api) const {
+  if (!in_run_.load(std::memory_order_acquire)) {
     throw UsageError(fmt::format(
         "Orchestrator::{}: called outside Worker::run; submit from inside the orchestration "
         "function",
         api));
   }
+  if (owner_.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+    throw UsageError(fmt::format(
+        "Orchestrator::{}: called from a thread that is not running the orchestration function; "
+        "an Orchestrator belongs to the thread inside Worker::run (collect the work on other "
+        "threads and submit it from that one)",
+        api));
+  }
+}
+
+void Orchestrator::check_open(const char* api) const {
+  check_owner(api);
   if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
+}
+
+// Past the run's deadline the run fails (a TimeoutError) and every later submit throws it.
+void Orchestrator::check_run_deadline() {
+  const std::int64_t dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
+  if (dl == 0 || detail::steady_ns(std::chrono::steady_clock::now()) < dl) return;
+  core_.fail_run_deadline();
+  core_.notify_scheduler();  // queued work is skipped at its next pass
+  std::rethrow_exception(core_.run.first_error());
+}
+
+void Orchestrator::record_shared_memory(bool sub_separate, bool next_level_separate) {
+  separate_[static_cast<std::size_t>(Role::Sub)] = sub_separate;
+  separate_[static_cast<std::size_t>(Role::NextLevel)] = next_level_separate;
+  shared_ranges_.clear();
+  if (sub_separate || next_level_separate) shared_ranges_ = detail::shared_mappings();
+}
+
+void Orchestrator::check_tensor(const char* api, Role role, std::int32_t index,
+                                const ContinuousTensor& t, TensorArgType tag) const {
+  if (t.data == 0) {
+    if (tag == TensorArgType::Output) return;  // allocated from the heap ring
+    throw UsageError(fmt::format(
+        "Orchestrator::{}: tensor {} is tagged {} but its data pointer is null; only an Output "
+        "tensor may be null (it is then allocated from the heap ring)",
+        api, index, to_string(tag)));
+  }
+  if (!separate_[static_cast<std::size_t>(role)] || t.child_memory != 0) return;
+  const std::uint64_t bytes = t.nbytes();
+  const std::uintptr_t begin = t.data;
+  const std::uintptr_t end = begin + (bytes == 0 ? 1 : bytes);
+  for (const auto& h : heaps_) {
+    const auto base = reinterpret_cast<std::uintptr_t>(h.base());
+    if (h.size() != 0 && begin >= base && end <= base + h.size()) return;
+  }
+  // The first mapping that ends after `begin` is the only one that can hold it.
+  auto it = std::upper_bound(shared_ranges_.begin(), shared_ranges_.end(), begin,
+                             [](std::uintptr_t b, const auto& r) { return b < r.second; });
+  if (it != shared_ranges_.end() && it->first <= begin && end <= it->second) return;
+  throw_not_shared(api, role, index, t);
+}
+
+void Orchestrator::throw_not_shared(const char* api, Role role, std::int32_t index,
+                                    const ContinuousTensor& t) const {
+  const char* who = role == Role::Sub ? "sub workers" : "next-level workers";
+  // Only now, on the error path: is it shared memory that was mapped too late?
+  bool late_shared = false;
+  try {
+    const auto now_shared = detail::shared_mappings();
+    const std::uintptr_t begin = t.data;
+    for (const auto& r : now_shared)
+      late_shared = late_shared || (r.first <= begin && begin < r.second);
+  } catch (...) {
+    late_shared = false;
+  }
+  const std::string where =
+      late_shared ? fmt::format(
+                        "lies in a shared mapping made after Worker::init(); the forked {} were "
+                        "started before it existed and cannot see it",
+                        who)
+                  : fmt::format(
+                        "lies in this process's private memory, which the forked {} do not share: "
+                        "what they write there would be lost and what they read stale",
+                        who);
+  throw UsageError(fmt::format(
+      "Orchestrator::{}: tensor {} ({:#x}, {} bytes) {}. Put it in memory they share: "
+      "(1) orch.alloc(shape, dtype), or an Output tensor with data == 0 (allocated from the heap "
+      "rings); (2) your own MAP_SHARED mapping made before Worker::init(); or (3) run the "
+      "children in this process with WorkerOptions::child_mode = ChildMode::Thread",
+      api, index, t.data, t.nbytes(), where));
 }
 
 void Orchestrator::check_targets(Role role, std::size_t members, std::span<const WorkerId> targets,
@@ -123,10 +206,17 @@ SubmitResult Orchestrator::submit_sub(const CallableHandle& callable, TaskArgs a
                 std::span<const WorkerId>(&worker, 1), "submit_sub");
 }
 
+SubmitResult Orchestrator::submit_sub(const CallableHandle& callable, TaskArgs args,
+                                      const CallConfig& config, WorkerId worker) {
+  return submit(Role::Sub, callable, std::span<const TaskArgs>(&args, 1), config,
+                std::span<const WorkerId>(&worker, 1), "submit_sub");
+}
+
 SubmitResult Orchestrator::submit_sub_group(const CallableHandle& callable,
                                             std::vector<TaskArgs> args,
-                                            std::vector<WorkerId> workers) {
-  return submit(Role::Sub, callable, args, default_call_config(), workers, "submit_sub_group");
+                                            std::vector<WorkerId> workers,
+                                            const CallConfig& config) {
+  return submit(Role::Sub, callable, args, config, workers, "submit_sub_group");
 }
 
 namespace {
@@ -141,6 +231,7 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
                                   std::span<const TaskArgs> members, const CallConfig& config,
                                   std::span<const WorkerId> targets, const char* api) {
   check_open(api);
+  check_run_deadline();
   const auto& entry = registry_.check(callable);
   if (role == Role::Sub && entry.kind != CallableKind::Sub) {
     throw UsageError(
@@ -171,6 +262,7 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
             "worker (pass the worker id)",
             api, i));
       }
+      check_tensor(api, role, i, t, a.tag(i));
       if (a.tag(i) == TensorArgType::Output && t.data == 0) {
         auto_bytes += detail::HeapRing::round_up(t.nbytes());
       }
@@ -211,6 +303,11 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
   s.members.push_back(
       {static_cast<std::uint32_t>(s.tensors.size()), static_cast<std::uint32_t>(s.scalars.size())});
   s.has_config = custom_config;
+  {
+    const auto ms = config.timeout.count() > 0 ? config.timeout : core_.timing.task_timeout;
+    s.timeout_ms = static_cast<std::uint32_t>(
+        std::min<std::int64_t>(ms.count(), std::numeric_limits<std::uint32_t>::max()));
+  }
   if (custom_config) {
     if (!s.config) s.config = std::make_unique<CallConfig>();
     *s.config = config;
@@ -363,7 +460,24 @@ detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t byte
         api, bytes, ring, h.size()));
   }
   if (auto a = h.try_alloc(bytes)) return *a;
-  const auto deadline = std::chrono::steady_clock::now() + core_.timing.heap_wait;
+  drain_retired();
+  if (auto a = h.try_alloc(bytes)) return *a;
+  // Every live buffer in the ring belongs to a scope that is still open: only this thread
+  // could free them (by ending that scope), and it is the one that would wait. Fail now.
+  if (h.live_allocations() != 0 &&
+      h.oldest_seq() >= ring_scope_seq_[static_cast<std::size_t>(ring)]) {
+    throw UsageError(fmt::format(
+        "Orchestrator::{}: heap ring {} ({} bytes) is full and every buffer in it ({} live) "
+        "belongs to a scope that is still open{}, so none can come back while this submit "
+        "waits; {} bytes were requested. Wrap the work in an inner scope (auto s = orch.scope()) "
+        "so its buffers are reclaimed at scope_end, or raise WorkerOptions::heap_ring_size",
+        api, ring, h.size(), h.live_allocations(),
+        ring == 0 ? " (the run's outermost scope, which ends only with the run)" : "", bytes));
+  }
+  auto deadline = std::chrono::steady_clock::now() + core_.timing.heap_wait;
+  const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
+  const bool run_bound = run_dl != 0 && detail::steady_from_ns(run_dl) < deadline;
+  if (run_bound) deadline = detail::steady_from_ns(run_dl);
   struct Waiting {
     std::atomic<bool>& flag;
     explicit Waiting(std::atomic<bool>& f) : flag(f) {
@@ -379,6 +493,7 @@ detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t byte
     if (!woke) {
       drain_retired();
       if (auto a = h.try_alloc(bytes)) return *a;
+      if (run_bound) check_run_deadline();
       throw TimeoutError(fmt::format(
           "Orchestrator::{}: heap ring {} (scope depth {}, {} bytes, {} live allocations) stayed "
           "full for {} ms while {} bytes were requested; raise WorkerOptions::heap_ring_size, or "
@@ -391,6 +506,7 @@ detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t byte
 
 ContinuousTensor Orchestrator::alloc(std::span<const std::uint32_t> shape, DataType dtype) {
   check_open("alloc");
+  check_run_deadline();
   ContinuousTensor t = make_tensor(nullptr, shape, dtype);
   const std::uint64_t bytes = t.nbytes();
   if (bytes == 0) {
@@ -425,11 +541,7 @@ ContinuousTensor Orchestrator::alloc(std::span<const std::uint32_t> shape, DataT
 }
 
 void Orchestrator::scope_begin() {
-  if (!in_run_) {
-    throw UsageError(
-        "Orchestrator::scope_begin: called outside Worker::run; open scopes inside the "
-        "orchestration function");
-  }
+  check_owner("scope_begin");
   if (depth_ >= kMaxScopeDepth) {
     throw UsageError(fmt::format(
         "Orchestrator::scope_begin: scopes nest at most {} deep (the run's own scope included)",
@@ -437,10 +549,17 @@ void Orchestrator::scope_begin() {
   }
   frames_[static_cast<std::size_t>(depth_)].clear();
   ++depth_;
+  // The outermost open scope using a ring is the first scope at a depth that maps to it.
+  const int ring = ring_for_depth();
+  if (depth_ - 1 == ring) {
+    ring_scope_seq_[static_cast<std::size_t>(ring)] =
+        heaps_[static_cast<std::size_t>(ring)].next_seq();
+  }
 }
 
 void Orchestrator::scope_end() {
-  if (!in_run_ || depth_ <= 1) {
+  check_owner("scope_end");
+  if (depth_ <= 1) {
     throw UsageError("Orchestrator::scope_end: no scope is open (scope_end without scope_begin)");
   }
   --depth_;
@@ -476,7 +595,8 @@ void Orchestrator::drain_retired() noexcept {
 }
 
 void Orchestrator::begin_run() {
-  in_run_ = true;
+  owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  in_run_.store(true, std::memory_order_release);
   depth_ = 0;
   scope_begin();
 }
@@ -489,7 +609,6 @@ int Orchestrator::finish_run() noexcept {
     for (TaskSlot id : frame) release_ref(core_.pool.at(id));
     frame.clear();
   }
-  in_run_ = false;
   // The run's fence: every task it submitted has finished and released its last reference.
   // Sleep until the scheduler is idle with nothing left in its inbox (then every published task
   // has finished: a task still waiting would need a running producer), then collect.
@@ -512,6 +631,7 @@ int Orchestrator::finish_run() noexcept {
                             std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
     }
   }
+  in_run_.store(false, std::memory_order_release);
   return left_open;
 }
 

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace simpler::detail {
 
 void SchedulerCore::prepare() {
@@ -24,6 +26,13 @@ bool SchedulerCore::any_busy() const noexcept {
 
 void SchedulerCore::run_loop() noexcept {
   for (;;) {
+    // Deadlines cost a clock read per pass, and only while some are pending.
+    const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
+    if (timed_total_ != 0 || run_dl != 0) {
+      if (run_dl != 0) next_check_ = std::min(next_check_, steady_from_ns(run_dl));
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_check_) check_deadlines(now);
+    }
     const bool arrived = !core_.ready_inbox.empty();
     const bool finished = !core_.done.empty();
     if (arrived || finished) {
@@ -50,8 +59,125 @@ void SchedulerCore::run_loop() noexcept {
           return !core_.ready_inbox.empty() || !core_.done.empty() ||
                  core_.stop.load(std::memory_order_seq_cst);
         },
-        core_.timing.spin, std::chrono::steady_clock::now() + core_.timing.idle_tick);
+        core_.timing.spin,
+        std::min(std::chrono::steady_clock::now() + core_.timing.idle_tick, next_check_));
   }
+}
+
+bool SchedulerCore::has_queued_work() const noexcept {
+  for (const RoleQueues* q : {&next_, &sub_}) {
+    if (!q->any.empty() || !q->groups.empty()) return true;
+    for (const auto& d : q->directed) {
+      if (!d.empty()) return true;
+    }
+  }
+  return false;
+}
+
+void SchedulerCore::check_deadlines(std::chrono::steady_clock::time_point now) {
+  next_check_ = std::chrono::steady_clock::time_point::max();
+  const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
+  if (run_dl != 0) {
+    const auto at = steady_from_ns(run_dl);
+    if (now < at) {
+      next_check_ = at;
+    } else if (!core_.run.cancelled() && (busy_lanes_ != 0 || has_queued_work())) {
+      core_.fail_run_deadline();  // lanes stop their running tasks at the same deadline
+    }
+  }
+  if (timed_total_ != 0) {
+    for (RoleQueues* q : {&next_, &sub_}) {
+      for (LaneCore* l : *q->lanes) {
+        if (l->timed == 0) continue;
+        const std::uint64_t w = l->watch.load(std::memory_order_acquire);
+        if ((w & LaneCore::kWatchRunning) != 0) {
+          const auto d = steady_from_ns(l->watch_deadline_ns.load(std::memory_order_relaxed));
+          if (d > now) {
+            next_check_ = std::min(next_check_, d);
+            continue;
+          }
+          std::uint64_t expected = w;
+          // acq_rel: winning means the lane has not completed the task and never will.
+          if (l->watch.compare_exchange_strong(expected, w | LaneCore::kWatchAbandoned,
+                                               std::memory_order_acq_rel)) {
+            abandon(*l);
+            continue;
+          }
+        }
+        // Posted but not started yet (or it just finished): its deadline cannot pass before its
+        // timeout has elapsed from now.
+        const auto wait = l->timed_min_ms != 0 ? std::chrono::milliseconds(l->timed_min_ms)
+                                               : core_.timing.idle_tick;
+        next_check_ = std::min(next_check_, now + std::max(wait, std::chrono::milliseconds(1)));
+      }
+    }
+  }
+  if (core_.run.cancelled()) {
+    dispatch(next_);  // skips what is queued
+    dispatch(sub_);
+  }
+}
+
+void SchedulerCore::abandon(LaneCore& l) {
+  // Results the lane published before it got stuck (they may not be on the done stack yet).
+  collect_results(l);
+  l.lost.store(true, std::memory_order_seq_cst);
+  l.dead.store(true, std::memory_order_relaxed);
+  const TaskSlot slot = l.watch_slot.load(std::memory_order_relaxed);
+  const bool local = l.watch_local.load(std::memory_order_relaxed);
+  const bool run_deadline = l.watch_run.load(std::memory_order_relaxed);
+  if (run_deadline) core_.fail_run_deadline();
+  std::string why;
+  try {
+    why = fmt::format(
+        "the task did not finish within {}; the thread running it cannot be stopped, so it was "
+        "abandoned (it may still be running) and this worker is lost",
+        describe_deadline(l.watch_ms.load(std::memory_order_relaxed), run_deadline));
+  } catch (...) {
+    why.clear();
+  }
+  core_.fail_run(Outcome::EndpointFailure, l.name, core_.callable_name(core_.pool.at(slot)), why);
+  if (local) {
+    // A successor the lane was running on its own: not in the ring, counted in lane_local.
+    worklist_.push_back({slot, Outcome::EndpointFailure});
+    drain_worklist();
+    if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+      core_.orch_wake.notify_all();
+    }
+  }
+  collect_posted(l, !local);
+}
+
+// Ends every task posted to an abandoned lane: the one it was running (when `first_running`)
+// failed; the others never started, so they are skipped.
+void SchedulerCore::collect_posted(LaneCore& l, bool first_running) {
+  while (l.collected != l.staged) {
+    const LaneCore::Posted p = l.ring[l.collected % LaneCore::kDepth];
+    ++l.collected;
+    if (--l.inflight == 0) --busy_lanes_;
+    if (p.watched) {
+      --l.timed;
+      --timed_total_;
+    }
+    const Outcome o = first_running ? Outcome::EndpointFailure : Outcome::Skipped;
+    first_running = false;
+    Slot& s = core_.pool.at(p.slot);
+    if (s.is_group()) {
+      if (s.group_outcome == Outcome::Success) s.group_outcome = o;
+      if (++s.members_done == s.group_size) worklist_.push_back({s.id, s.group_outcome});
+    } else {
+      worklist_.push_back({s.id, o});
+    }
+  }
+  l.timed = 0;
+  drain_worklist();
+}
+
+void SchedulerCore::fail_lost(Slot& s, const LaneCore& lane) {
+  core_.fail_run(Outcome::EndpointFailure, lane.name, core_.callable_name(s),
+                 "this worker is lost: an earlier task on it passed its deadline and its thread "
+                 "did not return");
+  worklist_.push_back({s.id, Outcome::EndpointFailure});
 }
 
 void SchedulerCore::take_inbox() {
@@ -67,29 +193,38 @@ void SchedulerCore::take_done() {
   for (LaneCore* l = core_.done.take_fifo(); l != nullptr;) {
     LaneCore* n = l->next_done;
     l->queued.store(false, std::memory_order_seq_cst);
-    const std::uint32_t upto = l->completed.load(std::memory_order_seq_cst);
-    while (l->collected != upto) {
-      const std::uint32_t i = l->collected % LaneCore::kDepth;
-      const LaneCore::Result& r = l->results[i];
-      Slot& s = core_.pool.at(l->ring[i].slot);
-      ++l->collected;
-      if (--l->inflight == 0) --busy_lanes_;
-      if (r.completed_by_lane) continue;  // the lane already completed it (a single task)
-      if (r.outcome == Outcome::TaskFailure || r.outcome == Outcome::EndpointFailure) {
-        core_.fail_run(r.outcome, l->name, r.callable, r.message);
-      }
-      if (s.is_group()) {
-        if (r.outcome != Outcome::Success && s.group_outcome == Outcome::Success) {
-          s.group_outcome = r.outcome;
-        }
-        if (++s.members_done == s.group_size) finish(s, s.group_outcome);
-      } else {
-        finish(s, r.outcome);
-      }
-    }
+    // A lost lane's posts were all ended when it was abandoned.
+    if (!l->lost.load(std::memory_order_relaxed)) collect_results(*l);
     l = n;
   }
   drain_worklist();
+}
+
+void SchedulerCore::collect_results(LaneCore& l) {
+  const std::uint32_t upto = l.completed.load(std::memory_order_seq_cst);
+  while (l.collected != upto) {
+    const std::uint32_t i = l.collected % LaneCore::kDepth;
+    const LaneCore::Result& r = l.results[i];
+    Slot& s = core_.pool.at(l.ring[i].slot);
+    ++l.collected;
+    if (--l.inflight == 0) --busy_lanes_;
+    if (l.ring[i].watched) {
+      --l.timed;
+      --timed_total_;
+    }
+    if (r.completed_by_lane) continue;  // the lane already completed it (a single task)
+    if (r.outcome == Outcome::TaskFailure || r.outcome == Outcome::EndpointFailure) {
+      core_.fail_run(r.outcome, l.name, r.callable, r.message);
+    }
+    if (s.is_group()) {
+      if (r.outcome != Outcome::Success && s.group_outcome == Outcome::Success) {
+        s.group_outcome = r.outcome;
+      }
+      if (++s.members_done == s.group_size) finish(s, s.group_outcome);
+    } else {
+      finish(s, r.outcome);
+    }
+  }
 }
 
 void SchedulerCore::became_ready(Slot& s) {
@@ -130,8 +265,7 @@ void SchedulerCore::drain_worklist() {
 
 void SchedulerCore::fail_unplaceable(Slot& s, Role role) {
   const char* what = role == Role::Sub ? "sub" : "next-level";
-  core_.fail_run(Outcome::EndpointFailure, fmt::format("{} workers", what),
-                 fmt::format("task {}", s.id),
+  core_.fail_run(Outcome::EndpointFailure, fmt::format("{} workers", what), core_.callable_name(s),
                  fmt::format("no {} worker is left alive to run it (their children died)", what));
   worklist_.push_back({s.id, Outcome::EndpointFailure});
 }
@@ -146,7 +280,24 @@ void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
   if (lane.inflight++ == 0) ++busy_lanes_;
   s.state.store(SlotState::Running, std::memory_order_relaxed);
   if (lane.staged == lane.posted.load(std::memory_order_relaxed)) touched_.push_back(&lane);
-  lane.ring[lane.staged % LaneCore::kDepth] = {s.id, member};
+  bool watched = false;
+  if (lane.watched) {
+    const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
+    if (s.timeout_ms != 0 || run_dl != 0) {
+      watched = true;
+      if (lane.timed++ == 0) lane.timed_min_ms = 0;
+      if (s.timeout_ms != 0 && (lane.timed_min_ms == 0 || s.timeout_ms < lane.timed_min_ms)) {
+        lane.timed_min_ms = s.timeout_ms;
+      }
+      ++timed_total_;
+      // The earliest it can overrun: it cannot start before now.
+      const auto first = s.timeout_ms != 0 ? std::chrono::steady_clock::now() +
+                                                 std::chrono::milliseconds(s.timeout_ms)
+                                           : steady_from_ns(run_dl);
+      next_check_ = std::min(next_check_, first);
+    }
+  }
+  lane.ring[lane.staged % LaneCore::kDepth] = {s.id, member, watched};
   ++lane.staged;
 }
 
@@ -175,6 +326,16 @@ void SchedulerCore::dispatch(RoleQueues& q) {
     }
     const std::uint32_t n = s.group_size;
     if (s.targets[0] != any_worker) {
+      const LaneCore* lost = nullptr;
+      for (std::uint32_t m = 0; m < n && lost == nullptr; ++m) {
+        const LaneCore* l = lanes[static_cast<std::size_t>(s.targets[m])];
+        if (l->lost.load(std::memory_order_relaxed)) lost = l;
+      }
+      if (lost != nullptr) {
+        q.groups.pop_front();
+        fail_lost(s, *lost);
+        continue;
+      }
       bool all_idle = true;
       for (std::uint32_t m = 0; m < n; ++m) {
         all_idle = all_idle && lanes[static_cast<std::size_t>(s.targets[m])]->idle();
@@ -216,8 +377,12 @@ void SchedulerCore::dispatch(RoleQueues& q) {
   // shared queue goes first to idle lanes, then tops lanes up to kAnyDepth, so a long task holds
   // back at most one queued behind it.
   for (LaneCore* l : lanes) {
-    if (l->reserved) continue;
     auto& own = q.directed[l->index];
+    if (l->lost.load(std::memory_order_relaxed)) {
+      while (!own.empty()) fail_lost(core_.pool.at(own.pop_front()), *l);
+      continue;
+    }
+    if (l->reserved) continue;
     while (!own.empty() && l->inflight < LaneCore::kDepth) {
       Slot& s = core_.pool.at(own.pop_front());
       if (!skip_if_cancelled(s)) post(*l, s, 0);

@@ -13,6 +13,22 @@
 
 namespace simpler {
 
+const char* to_string(TensorArgType t) noexcept {
+  switch (t) {
+    case TensorArgType::Input:
+      return "Input";
+    case TensorArgType::Output:
+      return "Output";
+    case TensorArgType::InOut:
+      return "InOut";
+    case TensorArgType::OutputExisting:
+      return "OutputExisting";
+    case TensorArgType::NoDep:
+      return "NoDep";
+  }
+  return "?";
+}
+
 const char* to_string(DataType t) noexcept {
   switch (t) {
     case DataType::Float32:
@@ -180,6 +196,11 @@ void CallConfig::validate() const {
   if (aicpu_thread_num < 0) {
     throw UsageError(
         fmt::format("CallConfig: aicpu_thread_num is {}; it must be >= 0", aicpu_thread_num));
+  }
+  if (timeout.count() < 0) {
+    throw UsageError(
+        fmt::format("CallConfig: timeout is {} ms; it must be >= 0 (0 = the Worker's default)",
+                    timeout.count()));
   }
   if (enable_l2_swimlane < 0 || enable_l2_swimlane > 4) {
     throw UsageError(

@@ -347,15 +347,17 @@ TEST_CASE("a late chip callable the second chip cannot take is withdrawn from th
   const auto fill = w.register_chip(chipw_callable("fill", "fill"));
   w.init();
   // Chip 1 dies in a kernel (rt_cases case 0: one task of func_id 0).
-  std::array<std::int32_t, 16> data{}, flag{};
-  CHECK_THROWS(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  auto data = arena.make<std::int32_t>(16, 0);
+  auto flag = arena.make<std::int32_t>(16, 0);
+  CHECK_THROWS_AS(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
     TaskArgs a;
-    a.add_tensor(make_tensor(std::span<std::int32_t>(data)), TensorArgType::NoDep)
-        .add_tensor(make_tensor(std::span<std::int32_t>(flag)), TensorArgType::NoDep)
+    a.add_tensor(make_tensor(data), TensorArgType::NoDep)
+        .add_tensor(make_tensor(flag), TensorArgType::NoDep)
         .add_scalar(0)
         .add_scalar(1);
     o.submit_next_level(dies, std::move(a), default_call_config(), 1);
-  }));
+  }),
+                  TaskError);
   // Chip 0 takes the late callable, chip 1 cannot: the registration fails naming chip 1, and
   // chip 0 (where it was withdrawn) keeps running what it had.
   CHECK_THROWS_MATCHES(w.register_chip(chipw_callable("late", "fill")), Error,

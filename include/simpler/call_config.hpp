@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <type_traits>
 
@@ -25,6 +26,10 @@ struct CallConfig {
   std::int32_t enable_dep_gen = 0;
   std::array<char, 1024> output_prefix{};  ///< NUL-terminated directory for diagnostics
   RuntimeEnv runtime_env{};                ///< chip runtime sizing; zeros = device defaults
+  /// Deadline of the task (given to a submit) or of the run (given to run()); 0 = the Worker's
+  /// WorkerOptions::task_timeout / run_timeout. A nested Worker's task is a run of the inner
+  /// Worker, so the same value bounds both. Not sent to device runtimes.
+  std::chrono::milliseconds timeout{0};
 
   /// True when any diagnostic output is requested.
   [[nodiscard]] bool wants_diagnostics() const noexcept {
@@ -34,7 +39,8 @@ struct CallConfig {
   /// Throws UsageError naming the field when the config cannot be used: a negative block_dim or
   /// thread count, a swimlane level outside 0..4, diagnostics without an output_prefix, or an
   /// output_prefix without its terminating NUL, a task window that is not a power of two in
-  /// [4, 1 << 20], a heap under 1024 bytes, or a dependency pool under 4 entries.
+  /// [4, 1 << 20], a heap under 1024 bytes, a dependency pool under 4 entries, or a negative
+  /// timeout.
   void validate() const;
 };
 

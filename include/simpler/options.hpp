@@ -36,6 +36,16 @@ struct WorkerOptions {
   std::chrono::microseconds spin{20};
   /// Longest time a submit waits for heap ring space before throwing TimeoutError.
   std::chrono::milliseconds heap_wait{10'000};
+  /// Deadline of every task from the moment its worker starts it; 0 = none (the default).
+  /// CallConfig::timeout overrides it per submit. A task past its deadline fails as an
+  /// EndpointFailure naming the callable, the worker and the deadline: a forked child is killed
+  /// and its lane is lost; a thread child cannot be stopped, so its lane is lost and its thread
+  /// abandoned (it may keep running; close() still returns). The rest of the Worker works on.
+  std::chrono::milliseconds task_timeout{0};
+  /// Deadline of every run() from its start; 0 = none (the default). The CallConfig given to
+  /// run() overrides it (CallConfig::timeout). At the deadline run() fails with a TimeoutError:
+  /// tasks not started are skipped, running ones end as at their own deadline.
+  std::chrono::milliseconds run_timeout{0};
 };
 
 }  // namespace simpler

@@ -1,9 +1,10 @@
 // simpler — Orchestrator: the DAG builder an orchestration function receives.
 //
 // Thread-safety: used only on the thread running Worker::run, only inside the orchestration
-// function. Every submit infers dependencies from the tensor tags (see TensorArgType), stores the
-// task in a slot and hands it to the Scheduler once its producers are done; it never waits for
-// the task itself. It blocks only when a heap ring is full (up to WorkerOptions::heap_wait).
+// function; a submit, alloc or scope call from any other thread is a UsageError. Every submit
+// infers dependencies from the tensor tags (see TensorArgType), stores the task in a slot and hands
+// it to the Scheduler once its producers are done; it never waits for the task itself. It blocks
+// only when a heap ring is full (up to WorkerOptions::heap_wait).
 //
 // Why a concrete class rather than a template over the lane types: nothing it does depends on
 // them (it validates worker ids against the lane table and pushes slot ids), and users name it in
@@ -11,10 +12,13 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "simpler/call_config.hpp"
@@ -74,9 +78,13 @@ class Orchestrator {
   /// Submits a host task for a sub worker: `worker`, or any idle one.
   SubmitResult submit_sub(const CallableHandle& callable, TaskArgs args = {},
                           WorkerId worker = any_worker);
+  /// submit_sub with a CallConfig; sub workers use only its `timeout` (the task's deadline).
+  SubmitResult submit_sub(const CallableHandle& callable, TaskArgs args, const CallConfig& config,
+                          WorkerId worker = any_worker);
   /// One host task run by args.size() sub workers at once.
   SubmitResult submit_sub_group(const CallableHandle& callable, std::vector<TaskArgs> args,
-                                std::vector<WorkerId> workers = {});
+                                std::vector<WorkerId> workers = {},
+                                const CallConfig& config = default_call_config());
 
   /// An intermediate buffer from the heap ring of the current scope, live until the scope ends
   /// and its last reader finishes. Readers and writers order against it like any output.
@@ -114,12 +122,17 @@ class Orchestrator {
   Orchestrator(const Orchestrator&) = delete;
   Orchestrator& operator=(const Orchestrator&) = delete;
 
-  /// Opens a run: the outermost scope.
+  /// Opens a run on the calling thread (which then owns this Orchestrator): the outermost scope.
   void begin_run();
   /// Closes every open scope and waits until every task of the run retired. Returns how many
   /// scopes the orchestration left open (besides the run's own).
   int finish_run() noexcept;
-  [[nodiscard]] bool in_run() const noexcept { return in_run_; }
+  /// True from begin_run() until finish_run() has drained the run. Any thread.
+  [[nodiscard]] bool in_run() const noexcept { return in_run_.load(std::memory_order_acquire); }
+  /// Records, at Worker::init, which roles have children in another address space and the
+  /// shared mappings they can see (from /proc/self/maps): submits for those roles then refuse
+  /// tensors outside them.
+  void record_shared_memory(bool sub_separate, bool next_level_separate);
   [[nodiscard]] std::byte* heap_base(int ring) const noexcept { return heaps_[ring].base(); }
 
  private:
@@ -127,6 +140,12 @@ class Orchestrator {
                       std::span<const TaskArgs> members, const CallConfig& config,
                       std::span<const WorkerId> targets, const char* api);
   void check_open(const char* api) const;
+  void check_owner(const char* api) const;
+  void check_run_deadline();
+  void check_tensor(const char* api, detail::Role role, std::int32_t index,
+                    const ContinuousTensor& t, TensorArgType tag) const;
+  [[noreturn]] void throw_not_shared(const char* api, detail::Role role, std::int32_t index,
+                                     const ContinuousTensor& t) const;
   void check_targets(detail::Role role, std::size_t members, std::span<const WorkerId> targets,
                      const char* api) const;
   detail::HeapRing::Allocation heap_alloc(int ring, std::size_t bytes, const char* api);
@@ -146,8 +165,17 @@ class Orchestrator {
   std::array<detail::HeapRing, detail::kHeapRingCount> heaps_;
   std::size_t heap_ring_size_;
   std::array<std::vector<TaskSlot>, kMaxScopeDepth> frames_;
+  /// Per heap ring, its next allocation sequence when the outermost scope still open that uses
+  /// it began: a live allocation at or past it can only come back when that scope ends.
+  std::array<std::uint64_t, detail::kHeapRingCount> ring_scope_seq_{};
   int depth_ = 0;
-  bool in_run_ = false;
+  std::atomic<bool> in_run_{false};
+  /// The thread running the orchestration function (relaxed: written before in_run_'s release).
+  std::atomic<std::thread::id> owner_{};
+  /// Roles whose children see only shared mappings (index: Role), and those mappings, sorted and
+  /// merged, as [begin, end) pairs.
+  std::array<bool, 2> separate_{};
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> shared_ranges_;
   detail::SmallVec<TaskSlot, 16> scratch_producers_;
 };
 

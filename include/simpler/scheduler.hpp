@@ -6,6 +6,7 @@
 // call and no type switch (see detail::SchedulerCore).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
@@ -55,7 +56,9 @@ class Scheduler {
     }
   }
 
-  /// Stops the scheduler thread, then every lane. Call when no run is in progress.
+  /// Stops the scheduler thread, then every lane. Call when no run is in progress. A lane lost
+  /// at a deadline is not joined (its thread may never return): it is detached and the lane
+  /// kept alive for the rest of the process (see lost_lanes()).
   void stop() noexcept {
     if (thread_.joinable()) {
       core_.stop.store(true, std::memory_order_seq_cst);
@@ -63,7 +66,11 @@ class Scheduler {
       thread_.join();
     }
     for_each_lane([](auto& l) { l.stop(); });
+    std::apply([this](auto&... pool) { (keep_lost(pool), ...); }, pools_);
   }
+
+  /// Lanes abandoned at a deadline whose threads were detached at stop().
+  [[nodiscard]] std::size_t lost_lanes() const noexcept { return lost_; }
 
   template <class F>
   void for_each_lane(F&& f) {
@@ -75,11 +82,22 @@ class Scheduler {
   static void for_pool(Pool& pool, F& f) {
     for (auto& l : pool) f(*l);
   }
+  template <class Pool>
+  void keep_lost(Pool& pool) noexcept {
+    for (auto& l : pool) {
+      if (l->lost.load(std::memory_order_seq_cst)) {
+        ++lost_;
+        detail::keep_forever(std::shared_ptr<void>(std::move(l)));
+      }
+    }
+    std::erase(pool, nullptr);
+  }
 
   detail::EngineCore& core_;
   detail::SchedulerCore loop_;
   std::tuple<std::vector<std::unique_ptr<Lanes>>...> pools_;
   std::thread thread_;
+  std::size_t lost_ = 0;
 };
 
 }  // namespace simpler

@@ -64,6 +64,9 @@ enum class TensorArgType : std::int32_t {
   NoDep = 4,           ///< passed through, no dependency tracking
 };
 
+/// "Input", "Output", ... ("?" for a value outside the enum).
+const char* to_string(TensorArgType t) noexcept;
+
 /// A contiguous tensor: 40 bytes, the same layout at every level and on every wire.
 struct ContinuousTensor {
   std::uint64_t data = 0;  ///< address; 0 = no buffer yet (Output auto-alloc)

@@ -14,8 +14,10 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
 #include "simpler/detail/engine.hpp"
+#include "simpler/detail/process.hpp"
 #include "simpler/device/chip_callable.hpp"
 #include "simpler/device/chip_worker.hpp"
 #include "simpler/error.hpp"
@@ -66,13 +69,14 @@ class BasicWorker {
       : options_(std::move(options)),
         registry_(std::make_unique<detail::CallableRegistry>(detail::next_worker_token())),
         core_(std::make_unique<detail::EngineCore>()) {
-    if (options_.num_sub_workers < 0) {
-      throw UsageError(fmt::format("WorkerOptions::num_sub_workers is {}; it must be >= 0",
-                                   options_.num_sub_workers));
-    }
+    validate_options(options_);
+    fork_generation_ = detail::fork_generation();
     core_->level = options_.level;
+    core_->registry = registry_.get();
     core_->timing.spin = options_.spin;
     core_->timing.heap_wait = options_.heap_wait;
+    core_->timing.task_timeout = options_.task_timeout;
+    core_->timing.run_timeout = options_.run_timeout;
     orch_ = std::make_unique<Orchestrator>(*core_, *registry_, options_.heap_ring_size);
     sched_ = std::make_unique<Scheduler<Lanes...>>(*core_);
     if (!options_.device_ids.empty()) add_chip_lanes();
@@ -89,9 +93,20 @@ class BasicWorker {
         chip_broadcast_(std::move(o.chip_broadcast_)),
         state_(std::exchange(o.state_, State::Closed)),
         run_id_(o.run_id_),
+        fork_generation_(o.fork_generation_),
         has_process_children_(o.has_process_children_) {}
   BasicWorker& operator=(BasicWorker&&) = delete;
-  ~BasicWorker() { shutdown(); }
+  ~BasicWorker() {
+    shutdown();
+    // A lane abandoned at a deadline has a thread that may still be inside a leaf: keep what
+    // it can touch (the registry's functions, the slots holding its arguments, the heap rings)
+    // for the rest of the process.
+    if (sched_ && sched_->lost_lanes() != 0) {
+      detail::keep_forever(std::shared_ptr<void>(std::move(registry_)));
+      detail::keep_forever(std::shared_ptr<void>(std::move(orch_)));
+      detail::keep_forever(std::shared_ptr<void>(std::move(core_)));
+    }
+  }
 
   /// Registers a host function for sub workers. Throws UsageError for a duplicate name or
   /// during a run.
@@ -116,7 +131,8 @@ class BasicWorker {
   CallableHandle register_chip(ChipCallable callable) {
     const bool broadcast = state_ == State::Ready && chip_broadcast_ != nullptr;
     if (broadcast) {
-      if (orch_->in_run()) throw UsageError("Worker::register_chip: cannot register during a run");
+      if (running_.load(std::memory_order_acquire))
+        throw UsageError("Worker::register_chip: cannot register during a run");
     } else {
       check_can_register("register_chip");
     }
@@ -184,7 +200,18 @@ class BasicWorker {
       throw UsageError(
           "Worker::init: num_sub_workers is set but this Worker's lane set has no SubWorker lane");
     }
+    fork_generation_ = detail::fork_generation();
     try {
+      // The shared mappings as the children will see them: recorded before they are forked.
+      bool separate[2] = {false, false};
+      sched_->for_each_lane([&](auto& lane) {
+        using Lane = std::remove_cvref_t<decltype(lane)>;
+        if constexpr (SeparateAddressSpace<typename Lane::transport_type>) {
+          separate[static_cast<std::size_t>(lane.role)] = true;
+        }
+      });
+      orch_->record_shared_memory(separate[static_cast<std::size_t>(detail::Role::Sub)],
+                                  separate[static_cast<std::size_t>(detail::Role::NextLevel)]);
       sched_->start();  // on failure it has stopped every child it started
     } catch (...) {
       state_ = State::Failed;
@@ -195,7 +222,10 @@ class BasicWorker {
 
   /// Runs `orch` on this thread with a fresh Orchestrator scope, then waits until every task it
   /// submitted finished. Rethrows the run's first failure (a TaskError naming level, worker,
-  /// callable and message) or the exception `orch` threw; either way the Worker stays usable.
+  /// callable and message), a TimeoutError when the run passed its deadline (config.timeout,
+  /// else WorkerOptions::run_timeout), or the exception `orch` threw; the Worker stays usable.
+  /// One run at a time: a run() from inside a task of this Worker, from another thread during a
+  /// run, or in a forked child of this Worker is a UsageError. `config` is validated.
   void run(const OrchFunction& orch, const TaskArgs& args = {},
            const CallConfig& config = default_call_config()) {
     run_view(orch, args.view(), config);
@@ -203,11 +233,32 @@ class BasicWorker {
 
   /// run() over arguments that are already a view (what a nested Worker receives).
   void run_view(const OrchFunction& orch, TaskArgsView args, const CallConfig& config) {
+    check_process("run");
     check_state(State::Ready, "run", "between init() and close()");
-    if (orch_->in_run())
-      throw UsageError("Worker::run: a run is already in progress (re-entrant run)");
+    if (running_.exchange(true, std::memory_order_acq_rel)) {
+      throw UsageError(
+          "Worker::run: a run is already in progress on this Worker (a re-entrant run from "
+          "inside one of its tasks or its orchestration function, or a concurrent run from "
+          "another thread); runs of one Worker are sequential");
+    }
+    struct Running {
+      std::atomic<bool>& flag;
+      ~Running() { flag.store(false, std::memory_order_release); }
+    } running{running_};
     if (!orch) throw UsageError("Worker::run: the orchestration function is empty");
+    if (&config != &default_call_config()) config.validate();
+    const auto timeout = config.timeout.count() > 0 ? config.timeout : options_.run_timeout;
     core_->run.begin(++run_id_);
+    if (timeout.count() > 0) {
+      core_->run_timeout_ms = static_cast<std::uint32_t>(
+          std::min<std::int64_t>(timeout.count(), std::numeric_limits<std::uint32_t>::max()));
+      core_->run_deadline_ns.store(detail::steady_ns(std::chrono::steady_clock::now() + timeout),
+                                   std::memory_order_relaxed);
+    }
+    struct ClearDeadline {
+      detail::EngineCore& core;
+      ~ClearDeadline() { core.run_deadline_ns.store(0, std::memory_order_relaxed); }
+    } clear_deadline{*core_};
     orch_->begin_run();
     std::exception_ptr thrown;
     try {
@@ -233,8 +284,13 @@ class BasicWorker {
   /// the children that ended abnormally at shutdown (a child that died during a task already
   /// failed that task and is not reported again).
   void close() {
-    if (orch_ && orch_->in_run()) throw UsageError("Worker::close: cannot close from inside a run");
+    if (running_.load(std::memory_order_acquire)) {
+      throw UsageError(
+          "Worker::close: cannot close from inside a run, or while another thread runs one; "
+          "close after run() returned");
+    }
     if (state_ == State::Closed) return;
+    check_process("close");
     shutdown();
     std::string report;
     sched_->for_each_lane([&](auto& lane) {
@@ -265,6 +321,32 @@ class BasicWorker {
  private:
   enum class State { New, Ready, Failed, Closed };
 
+  static void validate_options(const WorkerOptions& o) {
+    if (o.num_sub_workers < 0) {
+      throw UsageError(
+          fmt::format("WorkerOptions::num_sub_workers is {}; it must be >= 0", o.num_sub_workers));
+    }
+    auto non_negative = [](auto value, const char* field, const char* unit) {
+      if (value.count() < 0) {
+        throw UsageError(
+            fmt::format("WorkerOptions::{} is {} {}; it must be >= 0{}", field, value.count(), unit,
+                        std::string_view(field).ends_with("timeout") ? " (0 = none)" : ""));
+      }
+    };
+    non_negative(o.spin, "spin", "us");
+    non_negative(o.heap_wait, "heap_wait", "ms");
+    non_negative(o.task_timeout, "task_timeout", "ms");
+    non_negative(o.run_timeout, "run_timeout", "ms");
+  }
+  /// A forked child inherits a copy of this Worker whose threads do not exist there.
+  void check_process(const char* api) const {
+    if (fork_generation_ == detail::fork_generation()) return;
+    throw UsageError(fmt::format(
+        "Worker::{}: called in a forked child of the process that initialised this Worker (from "
+        "a task running in a forked child, say); its engine threads live only in that process, "
+        "so use the Worker there",
+        api));
+  }
   void check_state(State want, const char* api, const char* when) const {
     if (state_ == want) return;
     if (state_ == State::Closed) {
@@ -396,7 +478,7 @@ class BasicWorker {
     if (state_ == State::Closed) {
       throw UsageError(fmt::format("Worker::{}: the Worker is closed", api));
     }
-    if (orch_->in_run()) {
+    if (running_.load(std::memory_order_acquire)) {
       throw UsageError(fmt::format("Worker::{}: cannot register during a run", api));
     }
   }
@@ -414,6 +496,9 @@ class BasicWorker {
   std::unique_ptr<detail::ChipBroadcast> chip_broadcast_;  ///< forked chips only
   State state_ = State::New;
   std::uint32_t run_id_ = 0;
+  std::uint64_t fork_generation_ = 0;  ///< detail::fork_generation() at init()
+  /// Set for the whole of run(), its fence included (re-entrant and concurrent runs are refused).
+  std::atomic<bool> running_{false};
   bool has_process_children_ = false;
 };
 

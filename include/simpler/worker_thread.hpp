@@ -24,10 +24,9 @@ class WorkerThread : public detail::LaneCore {
   using leaf_type = L;
 
   WorkerThread(detail::EngineCore& core, detail::Role role, WorkerId id, std::string name, L leaf)
-      : LaneCore(role, id, std::move(name)),
-        core_(core),
-        leaf_(std::move(leaf)),
-        endpoint_(leaf_) {}
+      : LaneCore(role, id, std::move(name)), core_(core), leaf_(std::move(leaf)), endpoint_(leaf_) {
+    watched = !EnforcesDeadlines<T>;
+  }
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
   ~WorkerThread() { stop(); }
@@ -38,8 +37,14 @@ class WorkerThread : public detail::LaneCore {
   void start() {
     thread_ = std::thread([this] { loop(); });
   }
-  /// Stops the thread (after its current task) and the child.
+  /// Stops the thread (after its current task) and the child. A lost lane's thread may never
+  /// return: it is detached instead, and the caller must keep this lane alive (keep_forever).
   void stop() noexcept {
+    if (lost.load(std::memory_order_seq_cst)) {
+      if (thread_.joinable()) thread_.detach();
+      shut_ = true;  // its leaf may still be running: no shutdown under its feet
+      return;
+    }
     if (thread_.joinable()) {
       stopping.store(true, std::memory_order_seq_cst);
       wake.notify_all();
@@ -76,8 +81,8 @@ class WorkerThread : public detail::LaneCore {
         detail::Slot& s = core_.pool.at(p.slot);
         if (core_.run.cancelled()) {
           out.outcome = Outcome::Skipped;  // posted but not started when the run was cancelled
-        } else {
-          run_task(s, p.member, out);
+        } else if (!run_task(s, p.member, out, false)) {
+          return;  // abandoned at a deadline: the scheduler completed everything posted here
         }
         // A single task is completed here, on the lane; a group member goes back to the
         // scheduler, which waits for every member.
@@ -90,7 +95,7 @@ class WorkerThread : public detail::LaneCore {
           core_.done.push(this);
           core_.notify_scheduler();
         }
-        if (next != nullptr) run_successors(next);
+        if (next != nullptr && !run_successors(next)) return;  // abandoned, as above
         avail = posted.load(std::memory_order_seq_cst);
       }
     }
@@ -98,15 +103,17 @@ class WorkerThread : public detail::LaneCore {
 
   /// Runs, on this lane, successors that this lane's completions made ready (the chain case:
   /// no round trip through the scheduler per hop). Each was counted in lane_local when kept.
-  void run_successors(detail::Slot* s) noexcept {
+  /// Returns false when the lane was abandoned at a deadline meanwhile.
+  bool run_successors(detail::Slot* s) noexcept {
     while (s != nullptr) {
       s->state.store(SlotState::Running, std::memory_order_relaxed);
-      run_task(*s, 0, local_);
+      if (!run_task(*s, 0, local_, true)) return false;
       detail::Slot* next = complete_here(*s, local_);
       if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1)
         core_.orch_wake.notify_all();
       s = next;
     }
+    return true;
   }
 
   /// Completes a single task on this lane. Returns one successor it made ready that this lane
@@ -140,7 +147,9 @@ class WorkerThread : public detail::LaneCore {
            !c.poisoned.load(std::memory_order_relaxed) && !core_.run.cancelled();
   }
 
-  void run_task(const detail::Slot& s, std::uint32_t member, Result& out) noexcept {
+  /// Runs one task through the endpoint. Returns false when the scheduler abandoned this lane
+  /// while the task ran (its deadline passed first): then nothing may be touched any more.
+  bool run_task(const detail::Slot& s, std::uint32_t member, Result& out, bool local) noexcept {
     const detail::MemberArgs& a = s.members[member];
     const detail::MemberArgs& b = s.members[member + 1];
     LeafRequest r;
@@ -151,7 +160,24 @@ class WorkerThread : public detail::LaneCore {
     r.args.tensors = s.tensors.data() + a.tensor_begin;
     r.args.scalars = s.scalars.data() + a.scalar_begin;
     r.config = s.has_config ? s.config.get() : &default_call_config();
+    // Relaxed: the run's thread set it before publishing any task of the run.
+    const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
+    std::uint64_t word = 0;
+    if (s.timeout_ms != 0 || run_dl != 0) {
+      set_deadline(r, s.timeout_ms, run_dl);
+      if constexpr (!EnforcesDeadlines<T>) word = arm_watch(r, s.id, member, local);
+    }
     out.outcome = endpoint_.execute(r, out.message);
+    if constexpr (!EnforcesDeadlines<T>) {
+      if (word != 0) {
+        std::uint64_t expected = word;
+        // acq_rel: a lost CAS (the scheduler's came first) must see that it owns the task now.
+        if (!watch.compare_exchange_strong(expected, word & ~kWatchRunning,
+                                           std::memory_order_acq_rel)) {
+          return false;
+        }
+      }
+    }
     if constexpr (requires { endpoint_.alive(); }) {
       if (out.outcome == Outcome::EndpointFailure && !endpoint_.alive()) {
         dead.store(true, std::memory_order_relaxed);
@@ -164,6 +190,34 @@ class WorkerThread : public detail::LaneCore {
         out.callable.clear();
       }
     }
+    return true;
+  }
+
+  /// The task's deadline: its own timeout from now, or the run's deadline if that comes first.
+  void set_deadline(LeafRequest& r, std::uint32_t timeout_ms, std::int64_t run_dl) const noexcept {
+    if (timeout_ms != 0) {
+      r.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+      r.deadline_ms = timeout_ms;
+    }
+    if (run_dl != 0 && detail::steady_from_ns(run_dl) < r.deadline) {
+      r.deadline = detail::steady_from_ns(run_dl);
+      r.deadline_ms = core_.run_timeout_ms;
+      r.run_deadline = true;
+    }
+  }
+
+  /// Publishes the running task and its deadline for the scheduler's watch; returns the word.
+  std::uint64_t arm_watch(const LeafRequest& r, TaskSlot slot, std::uint32_t member,
+                          bool local) noexcept {
+    watch_deadline_ns.store(detail::steady_ns(r.deadline), std::memory_order_relaxed);
+    watch_slot.store(slot, std::memory_order_relaxed);
+    watch_member.store(member, std::memory_order_relaxed);
+    watch_ms.store(r.deadline_ms, std::memory_order_relaxed);
+    watch_run.store(r.run_deadline, std::memory_order_relaxed);
+    watch_local.store(local, std::memory_order_relaxed);
+    const std::uint64_t word = ((++watch_seq_) << 2) | kWatchRunning;
+    watch.store(word, std::memory_order_release);  // publishes the fields above
+    return word;
   }
 
   detail::EngineCore& core_;
@@ -171,6 +225,7 @@ class WorkerThread : public detail::LaneCore {
   typename T::template Endpoint<L> endpoint_;
   std::thread thread_;
   Result local_;  // result of a successor run by run_successors
+  std::uint64_t watch_seq_ = 0;
   bool shut_ = false;
 };
 

@@ -19,6 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "simpler/callable.hpp"
 #include "simpler/detail/event_count.hpp"
 #include "simpler/detail/slot.hpp"
@@ -36,7 +38,32 @@ struct LeafRequest {
   std::uint32_t index_hint = 0;  ///< the parent's registry index; a hint, the digest decides
   TaskArgsView args;
   const CallConfig* config = nullptr;
+  /// When the task must have finished (max() = never). A transport that can stop its child
+  /// (EnforcesDeadlines) ends the task there itself; for the others the scheduler watches it.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::uint32_t deadline_ms = 0;  ///< the deadline's length, for messages
+  bool run_deadline = false;      ///< the deadline is the run's (else the task's own timeout)
 };
+
+namespace detail {
+/// "its deadline of 200 ms (...)" or "the run's deadline of 250 ms (...)", for messages.
+std::string describe_deadline(std::uint32_t ms, bool run_deadline);
+inline std::string describe_deadline(const LeafRequest& r) {
+  return describe_deadline(r.deadline_ms, r.run_deadline);
+}
+/// Nanoseconds on the steady clock (the unit of the engine's atomic deadlines).
+inline std::int64_t steady_ns(std::chrono::steady_clock::time_point t) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+inline std::chrono::steady_clock::time_point steady_from_ns(std::int64_t ns) noexcept {
+  return std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::nanoseconds(ns)));
+}
+/// Keeps `p` alive until the process exits (never destroyed, still reachable for leak
+/// checkers). For what an abandoned thread may still touch.
+void keep_forever(std::shared_ptr<void> p) noexcept;
+}  // namespace detail
 
 namespace detail {
 
@@ -63,6 +90,7 @@ struct LaneCore {
   struct Posted {
     TaskSlot slot;
     std::uint32_t member;
+    bool watched;  ///< the scheduler watches its deadline (counted in `timed`)
   };
   struct Result {
     Outcome outcome = Outcome::Success;
@@ -87,6 +115,31 @@ struct LaneCore {
   /// work (tasks directed at it still go there and fail at once).
   std::atomic<bool> dead{false};
   EventCount wake;
+
+  // ---- Deadline watch, for lanes whose transport cannot stop its child (a thread). Before such
+  // a lane runs a task with a deadline it stores the watch_* fields, then `watch` =
+  // (seq << 2) | kWatchRunning (release); afterwards it CASes that word back to (seq << 2). The
+  // scheduler, past the deadline, CASes kWatchAbandoned into the running word: whichever CAS
+  // wins decides whether the lane or the scheduler completes the task. A lane that loses exits
+  // its thread without touching the engine again (the lane is `lost`).
+  static constexpr std::uint64_t kWatchRunning = 1;
+  static constexpr std::uint64_t kWatchAbandoned = 2;
+  bool watched = false;  ///< set at construction: the transport does not enforce deadlines
+  std::atomic<std::uint64_t> watch{0};
+  // Relaxed: written before the release store of `watch`, read after its acquire load and
+  // validated by the scheduler's CAS on it (a lane moves on only after its own CAS).
+  std::atomic<std::int64_t> watch_deadline_ns{0};
+  std::atomic<TaskSlot> watch_slot{0};
+  std::atomic<std::uint32_t> watch_member{0};
+  std::atomic<std::uint32_t> watch_ms{0};
+  std::atomic<bool> watch_run{false};
+  std::atomic<bool> watch_local{false};  ///< a successor the lane runs itself, not a ring entry
+  /// Set by the scheduler when it abandoned the lane (its thread overran a deadline): nothing
+  /// is posted to it again; its thread is detached, not joined, at shutdown.
+  std::atomic<bool> lost{false};
+  // Scheduler-private watch bookkeeping.
+  std::uint32_t timed = 0;         ///< posted tasks whose deadline the scheduler watches
+  std::uint32_t timed_min_ms = 0;  ///< smallest timeout among them (0 = only the run's)
 
   // ---- Lane -> scheduler: results[i % kDepth] is written, then `completed` (seq_cst) publishes
   // it. `queued` says the lane is on the done stack; the lane pushes itself only when it flips
@@ -150,6 +203,8 @@ struct EngineTiming {
   std::chrono::nanoseconds spin{std::chrono::microseconds(20)};  ///< spin before sleeping
   std::chrono::milliseconds heap_wait{10'000};  ///< longest wait for heap ring space
   std::chrono::milliseconds idle_tick{200};     ///< scheduler's liveness-check period
+  std::chrono::milliseconds task_timeout{0};    ///< default task deadline; 0 = none
+  std::chrono::milliseconds run_timeout{0};     ///< default run deadline; 0 = none
 };
 
 /// Per-run state: the first error and the cancellation flag.
@@ -193,6 +248,11 @@ struct EngineCore {
   EngineTiming timing;
   SlotPool pool;
   RunState run;
+  const CallableRegistry* registry = nullptr;  ///< for naming callables in messages
+  /// The current run's deadline on the steady clock (ns), 0 = none. Written by the run's thread
+  /// before its first submit and after its fence (relaxed: the inbox hand-off orders it).
+  std::atomic<std::int64_t> run_deadline_ns{0};
+  std::uint32_t run_timeout_ms = 0;  ///< its length, for messages
 
   SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: slots whose producers are all done
   LaneStack done;         ///< lanes -> Scheduler: finished tasks
@@ -235,6 +295,23 @@ struct EngineCore {
       }
     }
   }
+
+  /// Records that the run passed its deadline (a TimeoutError, unless the run already failed)
+  /// and cancels it: tasks not started are skipped. Any thread.
+  void fail_run_deadline() noexcept {
+    try {
+      run.fail(std::make_exception_ptr(TimeoutError(fmt::format(
+          "L{} Worker::run: the run passed its deadline of {} ms (the CallConfig::timeout given "
+          "to run(), else WorkerOptions::run_timeout); tasks not started were skipped and running "
+          "ones were stopped",
+          level, run_timeout_ms))));
+    } catch (...) {
+      run.fail(std::current_exception());
+    }
+    run.cancel();
+  }
+  /// The name of a task's callable, for messages ("<unknown callable>" when it cannot say).
+  std::string callable_name(const Slot& s) const noexcept;
 
   /// Records a failed task as the run's error (the first one wins). Any thread.
   void fail_run(Outcome outcome, const std::string& worker, const std::string& callable,

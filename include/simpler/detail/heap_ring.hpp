@@ -10,6 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "simpler/detail/ring_buffer.hpp"
 
@@ -18,6 +21,13 @@ namespace simpler::detail {
 /// mmap/munmap of a shared anonymous region (lib/heap_memory.cpp). Throws SystemError.
 void* map_shared_region(std::size_t bytes);
 void unmap_region(void* base, std::size_t bytes) noexcept;
+
+/// The MAP_SHARED mappings of this process, as sorted [begin, end) ranges with adjacent ones
+/// merged (from /proc/self/maps). A child forked now sees exactly these at the same addresses.
+/// Throws SystemError when /proc/self/maps cannot be read.
+std::vector<std::pair<std::uintptr_t, std::uintptr_t>> shared_mappings();
+/// The parser behind it, over the text of a maps file (lines it cannot read are skipped).
+std::vector<std::pair<std::uintptr_t, std::uintptr_t>> parse_shared_mappings(std::string_view maps);
 
 inline constexpr std::size_t kHeapAlign = 1024;
 inline constexpr int kHeapRingCount = 4;
@@ -35,6 +45,10 @@ class HeapRing {
   [[nodiscard]] std::byte* base() const noexcept { return base_; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] std::size_t live_allocations() const noexcept { return records_.size(); }
+  /// Sequence number the next allocation will get.
+  [[nodiscard]] std::uint64_t next_seq() const noexcept { return next_seq_; }
+  /// Sequence number of the oldest allocation not reclaimed yet (== next_seq() when none).
+  [[nodiscard]] std::uint64_t oldest_seq() const noexcept { return next_seq_ - records_.size(); }
 
   static constexpr std::size_t round_up(std::size_t n) noexcept {
     return (n + kHeapAlign - 1) & ~(kHeapAlign - 1);

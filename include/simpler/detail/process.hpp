@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -17,8 +18,14 @@ void become_child_of(pid_t parent) noexcept;
 [[nodiscard]] bool parent_alive(pid_t parent) noexcept;
 
 /// Non-blocking check: if `pid` has exited, reaps it and describes how ("exited with code 3",
-/// "killed by signal 9 (Killed)"); nullopt while it runs.
+/// "killed by signal 9 (Killed)"); nullopt while it runs. A child that is stopped (SIGSTOP,
+/// SIGTSTP, ...) counts as gone: it is killed, reaped, and described as "stopped by signal 19
+/// (...) and was killed". (A stop reported for a child that has already been continued, as after
+/// a shell's Ctrl-Z and fg, is ignored.)
 std::optional<std::string> poll_exit(pid_t pid) noexcept;
+
+/// Kills `pid` with SIGKILL and reaps it (a child that must not go on).
+void kill_and_reap(pid_t pid) noexcept;
 
 /// Waits up to `grace` for `pid` to exit, then SIGKILLs and reaps it. Returns how it ended, and
 /// whether it ended by itself (false when it had to be killed).
@@ -27,6 +34,10 @@ struct ReapResult {
   bool clean = false;  ///< exited with code 0 within the grace period
 };
 ReapResult reap(pid_t pid, std::chrono::milliseconds grace) noexcept;
+
+/// A number that changes in a process's forked children (a pthread_atfork handler bumps it in
+/// every child): a Worker records it at init() and refuses to run in a child that forked since.
+std::uint64_t fork_generation() noexcept;
 
 /// Describes a waitpid status.
 std::string describe_status(int status);

@@ -5,7 +5,9 @@
 // scheduler thread, so the queues and the lanes' busy flags need no synchronisation.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "simpler/detail/engine.hpp"
@@ -38,6 +40,15 @@ class SchedulerCore {
   void dispatch(RoleQueues& q);
   bool skip_if_cancelled(Slot& s);
   void fail_unplaceable(Slot& s, Role role);
+  /// Fails a task directed at a lost lane (one abandoned at a deadline) without posting it.
+  void fail_lost(Slot& s, const LaneCore& lane);
+  /// Deadlines (only while some are pending): the run's, and those of tasks on watched lanes.
+  /// Abandons a watched lane whose task overran; fails and cancels a run past its deadline.
+  void check_deadlines(std::chrono::steady_clock::time_point now);
+  void abandon(LaneCore& lane);
+  void collect_posted(LaneCore& lane, bool first_running);
+  void collect_results(LaneCore& lane);
+  [[nodiscard]] bool has_queued_work() const noexcept;
   void post(LaneCore& lane, Slot& s, std::uint32_t member);
   void publish_posts();
   /// Tasks a lane may hold from the shared queue before an idle lane would be better (unless
@@ -54,6 +65,8 @@ class SchedulerCore {
   };
   RingBuffer<Finished> worklist_;
   std::uint32_t busy_lanes_ = 0;
+  std::uint32_t timed_total_ = 0;  ///< watched posted tasks, over all lanes
+  std::chrono::steady_clock::time_point next_check_ = std::chrono::steady_clock::time_point::max();
   std::uint64_t routed_ = 0;
   std::vector<LaneCore*> touched_;  // lanes with staged, unpublished posts  // bumped by route();
                                     // dispatch repeats while it moves

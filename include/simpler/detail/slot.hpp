@@ -83,6 +83,7 @@ struct Slot {
   SmallVec<MemberArgs, 1> members;        // group_size + 1 entries (last = end)
   std::unique_ptr<CallConfig> config;     // kept across reuse; valid when has_config
   bool has_config = false;
+  std::uint32_t timeout_ms = 0;  // deadline from the task's start; 0 = none (routing field)
 
   // ---- dependency state, shared between threads.
   /// Producers still to finish + 1 while the Orchestrator is wiring. Whoever takes it to 0 makes

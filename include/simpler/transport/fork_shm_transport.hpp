@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -34,10 +35,24 @@
 namespace simpler {
 
 namespace detail {
+/// Records a failure in the frame. A message longer than the mailbox's text field is cut, and
+/// the cut says so (and how long the whole message was), so nobody reads a truncated message as
+/// the whole story.
 inline void write_frame_error(MailboxHeader& box, const char* what) noexcept {
   box.error = 1;
-  std::strncpy(box.message, what, sizeof(box.message) - 1);
-  box.message[sizeof(box.message) - 1] = '\0';
+  constexpr std::size_t cap = sizeof(box.message) - 1;
+  const std::size_t len = std::strlen(what);
+  if (len <= cap) {
+    std::memcpy(box.message, what, len + 1);
+    return;
+  }
+  // Room for the note first; the start of the message fills the rest.
+  constexpr std::size_t kNoteRoom = 96;
+  const std::size_t keep = cap - kNoteRoom;
+  std::memcpy(box.message, what, keep);
+  std::snprintf(box.message + keep, sizeof(box.message) - keep,
+                " [... message cut: the first %zu of %zu bytes; a mailbox holds %zu]", keep, len,
+                cap);
 }
 
 /// The child's side of one task frame: validates the frame (blob size within the mailbox, a
@@ -66,8 +81,14 @@ void serve_frame(MailboxHeader& box, const std::byte* blob, L& leaf) noexcept {
 }  // namespace detail
 
 struct ForkShmTransport {
+  /// The lane kills a child that overruns a task's deadline (EnforcesDeadlines).
+  static constexpr bool kEnforcesDeadlines = true;
+  /// Children see only memory shared before they were forked (SeparateAddressSpace).
+  static constexpr bool kSeparateAddressSpace = true;
   static constexpr std::chrono::milliseconds kLivenessTick{10};
   static constexpr std::chrono::milliseconds kStartDeadline{10'000};
+  /// Longest wait for the answer to a control command (loading a chip callable, say).
+  static constexpr std::chrono::milliseconds kControlDeadline{60'000};
   static constexpr std::chrono::milliseconds kShutdownGrace{5'000};
   static constexpr std::chrono::microseconds kSpin{20};
 
@@ -131,6 +152,12 @@ struct ForkShmTransport {
         set(error, fmt::format("its child process is gone ({})", death_));
         return Outcome::EndpointFailure;
       }
+      if (r.deadline != std::chrono::steady_clock::time_point::max() &&
+          std::chrono::steady_clock::now() >= r.deadline) {
+        set(error, fmt::format("{} passed before the task could start; it was not sent",
+                               detail::describe_deadline(r)));
+        return Outcome::EndpointFailure;  // the child is idle and healthy
+      }
       const std::size_t need = args_blob_size(r.args);
       if (need > detail::kMailboxBlobCapacity) {
         set(error, fmt::format("args blob of {} bytes exceeds the mailbox capacity of {} bytes "
@@ -147,16 +174,27 @@ struct ForkShmTransport {
       box_->state.store(detail::MailboxState::TaskReady, std::memory_order_seq_cst);
       box_->to_child.notify_all();
       for (;;) {
+        const auto now = std::chrono::steady_clock::now();
         const bool done = box_->to_parent.await(
             [this] {
               return box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::TaskDone;
             },
-            kSpin, std::chrono::steady_clock::now() + kLivenessTick);
+            kSpin, std::min(now + kLivenessTick, r.deadline));
         if (done) break;
         if (auto how = detail::poll_exit(pid_)) {
           pid_ = -1;
           death_ = *how;
           set(error, fmt::format("its child process {} while running the task", death_));
+          return Outcome::EndpointFailure;
+        }
+        if (std::chrono::steady_clock::now() >= r.deadline) {
+          const pid_t pid = pid_;
+          detail::kill_and_reap(pid);
+          pid_ = -1;
+          death_ = "was killed when its task passed its deadline";
+          set(error, fmt::format("the task did not finish within {}; its child process (pid {}) "
+                                 "was killed and this worker is lost",
+                                 detail::describe_deadline(r), pid));
           return Outcome::EndpointFailure;
         }
       }
@@ -176,6 +214,7 @@ struct ForkShmTransport {
       box_->arg = arg;
       box_->state.store(detail::MailboxState::ControlRequest, std::memory_order_seq_cst);
       box_->to_child.notify_all();
+      const auto deadline = std::chrono::steady_clock::now() + kControlDeadline;
       for (;;) {
         const bool done = box_->to_parent.await(
             [this] {
@@ -188,6 +227,15 @@ struct ForkShmTransport {
           pid_ = -1;
           death_ = *how;
           throw TransportError(fmt::format("control: the child {} before answering", death_));
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+          const pid_t pid = pid_;
+          detail::kill_and_reap(pid);
+          pid_ = -1;
+          death_ = "was killed when a control command passed its deadline";
+          throw TransportError(fmt::format(
+              "control command {} got no answer within {} ms; the child (pid {}) was killed",
+              command, kControlDeadline.count(), pid));
         }
       }
       const bool ok = box_->error == 0;

@@ -45,6 +45,22 @@ concept ShutsDown = requires(E& e) {
 template <class E>
 concept Endpoint = Launches<E> && Executes<E> && ShutsDown<E>;
 
+/// Optional: the endpoint ends a task at LeafRequest::deadline by itself (it can stop its
+/// child: a process transport kills it). For a transport without it the scheduler watches the
+/// deadline and, when it passes, abandons the lane (its thread cannot be stopped).
+template <class T>
+concept EnforcesDeadlines = requires {
+  requires T::kEnforcesDeadlines;
+};
+
+/// Optional: the children run in another address space that sees only memory shared before
+/// they were started (MAP_SHARED mappings made before Worker::init, and the heap rings). The
+/// Orchestrator refuses, at submit, a tensor for such a child that lies anywhere else.
+template <class T>
+concept SeparateAddressSpace = requires {
+  requires T::kSeparateAddressSpace;
+};
+
 template <class T>
 concept Transport = requires {
   typename T::template Endpoint<detail::ProbeLeaf>;
