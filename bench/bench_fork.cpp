@@ -15,6 +15,8 @@
 // Target (issue): mailbox within 1.5x of shm_futex; PERFORMANCE.md e: p50 <= 0.5 us or <= 1.2x
 // the pipe round trip, and a 1-task run() <= 1 us.
 //
+// Scenario d (failure detection): see scenario_detection.
+//
 // Scenario t (throughput): N independent empty tasks (100k; 2k with --tiny) in one Worker::run,
 // submitted in scopes of 16384 tasks, over 1, 2 and 4 forked children, and over 2 thread children
 // for reference; ns/task. Each repetition builds a fresh Worker (construction, init and one
@@ -792,6 +794,77 @@ void scenario_throughput(sb::Report& rep, const Sizes& sz, SharedCounter* counte
   }
 }
 
+// Scenario d (failure detection): how long a run takes to fail after its child stops answering.
+// Each repetition builds a fresh Worker with one sub worker; the task records, in shared memory,
+// the steady-clock time at which it stops answering, and the figure is the time from there to
+// run() throwing (us). Contenders:
+//   killed_child     the forked child SIGKILLs itself (the baseline: liveness polling finds it)
+//   stopped_child    the forked child SIGSTOPs itself (noticed like a dead one, then killed)
+//   deadline_forked  the forked child sleeps past task_timeout = 50 ms; figure = overshoot
+//   deadline_thread  the same on a thread child (the scheduler abandons the lane); overshoot
+struct FailureClock {
+  std::atomic<std::int64_t> stopped_at{0};  ///< steady ns when the task stopped answering
+  std::atomic<bool> release{false};         ///< lets an abandoned thread child return
+};
+
+sb::Contender detection_contender(const std::string& name, ChildMode mode,
+                                  std::chrono::milliseconds timeout, FailureClock* clock,
+                                  std::function<void()> misbehave) {
+  return {name, [=] {
+            simpler::WorkerOptions o;
+            o.num_sub_workers = 1;
+            o.child_mode = mode;
+            o.heap_ring_size = std::size_t{1} << 20;
+            o.task_timeout = timeout;
+            clock->stopped_at.store(0);
+            clock->release.store(false);
+            double us = 0;
+            {
+              simpler::Worker w(o);
+              auto bad = w.register_sub("misbehaves", [clock, timeout, misbehave](TaskArgsView) {
+                const auto now = std::chrono::steady_clock::now() + timeout;
+                clock->stopped_at.store(simpler::detail::steady_ns(now));
+                misbehave();
+              });
+              w.init();
+              try {
+                w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+                  orch.submit_sub(bad);
+                });
+                fail(name + ": run() did not fail");
+              } catch (const simpler::TaskError&) {
+                const std::int64_t end =
+                    simpler::detail::steady_ns(std::chrono::steady_clock::now());
+                us = static_cast<double>(end - clock->stopped_at.load()) / 1000.0;
+              }
+              clock->release.store(true);
+              w.shutdown_quietly();
+            }
+            return us;
+          }};
+}
+
+void scenario_detection(sb::Report& rep, FailureClock* clock) {
+  const std::string sc = "d_failure_detection";
+  rep.section("d: from a child that stops answering to run()'s error, fresh Worker each (us)");
+  auto wait_release = [clock] {
+    while (!clock->release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  std::vector<sb::Contender> cs{
+      detection_contender("killed_child", ChildMode::Process, std::chrono::milliseconds(0), clock,
+                          [] { ::kill(::getpid(), SIGKILL); }),
+      detection_contender("stopped_child", ChildMode::Process, std::chrono::milliseconds(0), clock,
+                          [] { ::raise(SIGSTOP); }),
+      detection_contender("deadline_forked", ChildMode::Process, std::chrono::milliseconds(50),
+                          clock, [] { ::pause(); }),
+      detection_contender("deadline_thread", ChildMode::Thread, std::chrono::milliseconds(50),
+                          clock, wait_release),
+  };
+  sb::run_scenario(rep, sc, "us", cs);
+  rep.ratio(sc, "stopped_child", "killed_child");
+  rep.note("deadline rows: time past the 50 ms deadline; forked children are polled every 10 ms");
+}
+
 int run(int argc, char** argv) {
   sb::Options opt = sb::parse_options(
       argc, argv,
@@ -829,6 +902,13 @@ int run(int argc, char** argv) {
   {
     const ForeignCpu cpu;
     scenario_nesting(rep, sz, counter.get());
+    rep.note(cpu.describe());
+  }
+  require_single_threaded("after scenario g");
+  {
+    const ForeignCpu cpu;
+    SharedObject<FailureClock> clock;
+    scenario_detection(rep, clock.get());
     rep.note(cpu.describe());
   }
   rep.note("load average at the end: " + sb::load_average());

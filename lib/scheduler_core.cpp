@@ -29,7 +29,9 @@ void SchedulerCore::run_loop() noexcept {
     // Deadlines cost a clock read per pass, and only while some are pending.
     const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
     if (timed_total_ != 0 || run_dl != 0) {
-      if (run_dl != 0) next_check_ = std::min(next_check_, steady_from_ns(run_dl));
+      if (run_dl != 0 && run_dl != expired_run_deadline_) {
+        next_check_ = std::min(next_check_, steady_from_ns(run_dl));
+      }
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_check_) check_deadlines(now);
     }
@@ -77,12 +79,16 @@ bool SchedulerCore::has_queued_work() const noexcept {
 void SchedulerCore::check_deadlines(std::chrono::steady_clock::time_point now) {
   next_check_ = std::chrono::steady_clock::time_point::max();
   const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
-  if (run_dl != 0) {
+  if (run_dl != 0 && run_dl != expired_run_deadline_) {
     const auto at = steady_from_ns(run_dl);
     if (now < at) {
       next_check_ = at;
-    } else if (!core_.run.cancelled() && (busy_lanes_ != 0 || has_queued_work())) {
-      core_.fail_run_deadline();  // lanes stop their running tasks at the same deadline
+    } else {
+      // Handled once: later submits find the deadline passed themselves.
+      expired_run_deadline_ = run_dl;
+      if (!core_.run.cancelled() && (busy_lanes_ != 0 || has_queued_work())) {
+        core_.fail_run_deadline();  // lanes stop their running tasks at the same deadline
+      }
     }
   }
   if (timed_total_ != 0) {
@@ -124,7 +130,6 @@ void SchedulerCore::abandon(LaneCore& l) {
   l.lost.store(true, std::memory_order_seq_cst);
   l.dead.store(true, std::memory_order_relaxed);
   const TaskSlot slot = l.watch_slot.load(std::memory_order_relaxed);
-  const bool local = l.watch_local.load(std::memory_order_relaxed);
   const bool run_deadline = l.watch_run.load(std::memory_order_relaxed);
   if (run_deadline) core_.fail_run_deadline();
   std::string why;
@@ -137,15 +142,8 @@ void SchedulerCore::abandon(LaneCore& l) {
     why.clear();
   }
   core_.fail_run(Outcome::EndpointFailure, l.name, core_.callable_name(core_.pool.at(slot)), why);
-  if (local) {
-    // A successor the lane was running on its own: not in the ring, counted in lane_local.
-    worklist_.push_back({slot, Outcome::EndpointFailure});
-    drain_worklist();
-    if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1) {
-      core_.orch_wake.notify_all();
-    }
-  }
-  collect_posted(l, !local);
+  // The lane was running the oldest entry of its ring (only ring entries are watched).
+  collect_posted(l, true);
 }
 
 // Ends every task posted to an abandoned lane: the one it was running (when `first_running`)

@@ -250,8 +250,9 @@ class BasicWorker {
     const auto timeout = config.timeout.count() > 0 ? config.timeout : options_.run_timeout;
     core_->run.begin(++run_id_);
     if (timeout.count() > 0) {
-      core_->run_timeout_ms = static_cast<std::uint32_t>(
-          std::min<std::int64_t>(timeout.count(), std::numeric_limits<std::uint32_t>::max()));
+      core_->run_timeout_ms.store(static_cast<std::uint32_t>(std::min<std::int64_t>(
+                                      timeout.count(), std::numeric_limits<std::uint32_t>::max())),
+                                  std::memory_order_relaxed);
       core_->run_deadline_ns.store(detail::steady_ns(std::chrono::steady_clock::now() + timeout),
                                    std::memory_order_relaxed);
     }

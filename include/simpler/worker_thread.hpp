@@ -81,7 +81,7 @@ class WorkerThread : public detail::LaneCore {
         detail::Slot& s = core_.pool.at(p.slot);
         if (core_.run.cancelled()) {
           out.outcome = Outcome::Skipped;  // posted but not started when the run was cancelled
-        } else if (!run_task(s, p.member, out, false)) {
+        } else if (!run_task(s, p.member, out)) {
           return;  // abandoned at a deadline: the scheduler completed everything posted here
         }
         // A single task is completed here, on the lane; a group member goes back to the
@@ -107,7 +107,7 @@ class WorkerThread : public detail::LaneCore {
   bool run_successors(detail::Slot* s) noexcept {
     while (s != nullptr) {
       s->state.store(SlotState::Running, std::memory_order_relaxed);
-      if (!run_task(*s, 0, local_, true)) return false;
+      if (!run_task(*s, 0, local_)) return false;
       detail::Slot* next = complete_here(*s, local_);
       if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1)
         core_.orch_wake.notify_all();
@@ -143,13 +143,19 @@ class WorkerThread : public detail::LaneCore {
 
   [[nodiscard]] bool runnable_here(const detail::Slot& c) const noexcept {
     const bool same_role = (c.kind == detail::TaskKind::Sub) == (role == detail::Role::Sub);
-    return same_role && !c.is_group() && (c.targets[0] == any_worker || c.targets[0] == id) &&
+    // A task with a deadline on a lane the scheduler must watch goes through the scheduler: it
+    // watches only what it posted.
+    const bool needs_watch =
+        watched &&
+        (c.timeout_ms != 0 || core_.run_deadline_ns.load(std::memory_order_relaxed) != 0);
+    return same_role && !needs_watch && !c.is_group() &&
+           (c.targets[0] == any_worker || c.targets[0] == id) &&
            !c.poisoned.load(std::memory_order_relaxed) && !core_.run.cancelled();
   }
 
   /// Runs one task through the endpoint. Returns false when the scheduler abandoned this lane
   /// while the task ran (its deadline passed first): then nothing may be touched any more.
-  bool run_task(const detail::Slot& s, std::uint32_t member, Result& out, bool local) noexcept {
+  bool run_task(const detail::Slot& s, std::uint32_t member, Result& out) noexcept {
     const detail::MemberArgs& a = s.members[member];
     const detail::MemberArgs& b = s.members[member + 1];
     LeafRequest r;
@@ -165,7 +171,8 @@ class WorkerThread : public detail::LaneCore {
     std::uint64_t word = 0;
     if (s.timeout_ms != 0 || run_dl != 0) {
       set_deadline(r, s.timeout_ms, run_dl);
-      if constexpr (!EnforcesDeadlines<T>) word = arm_watch(r, s.id, member, local);
+      // Only ring entries carry a deadline here (runnable_here keeps the others off this lane).
+      if constexpr (!EnforcesDeadlines<T>) word = arm_watch(r, s.id);
     }
     out.outcome = endpoint_.execute(r, out.message);
     if constexpr (!EnforcesDeadlines<T>) {
@@ -201,20 +208,17 @@ class WorkerThread : public detail::LaneCore {
     }
     if (run_dl != 0 && detail::steady_from_ns(run_dl) < r.deadline) {
       r.deadline = detail::steady_from_ns(run_dl);
-      r.deadline_ms = core_.run_timeout_ms;
+      r.deadline_ms = core_.run_timeout_ms.load(std::memory_order_relaxed);
       r.run_deadline = true;
     }
   }
 
   /// Publishes the running task and its deadline for the scheduler's watch; returns the word.
-  std::uint64_t arm_watch(const LeafRequest& r, TaskSlot slot, std::uint32_t member,
-                          bool local) noexcept {
+  std::uint64_t arm_watch(const LeafRequest& r, TaskSlot slot) noexcept {
     watch_deadline_ns.store(detail::steady_ns(r.deadline), std::memory_order_relaxed);
     watch_slot.store(slot, std::memory_order_relaxed);
-    watch_member.store(member, std::memory_order_relaxed);
     watch_ms.store(r.deadline_ms, std::memory_order_relaxed);
     watch_run.store(r.run_deadline, std::memory_order_relaxed);
-    watch_local.store(local, std::memory_order_relaxed);
     const std::uint64_t word = ((++watch_seq_) << 2) | kWatchRunning;
     watch.store(word, std::memory_order_release);  // publishes the fields above
     return word;

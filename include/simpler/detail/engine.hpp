@@ -130,10 +130,8 @@ struct LaneCore {
   // validated by the scheduler's CAS on it (a lane moves on only after its own CAS).
   std::atomic<std::int64_t> watch_deadline_ns{0};
   std::atomic<TaskSlot> watch_slot{0};
-  std::atomic<std::uint32_t> watch_member{0};
   std::atomic<std::uint32_t> watch_ms{0};
   std::atomic<bool> watch_run{false};
-  std::atomic<bool> watch_local{false};  ///< a successor the lane runs itself, not a ring entry
   /// Set by the scheduler when it abandoned the lane (its thread overran a deadline): nothing
   /// is posted to it again; its thread is detached, not joined, at shutdown.
   std::atomic<bool> lost{false};
@@ -252,7 +250,8 @@ struct EngineCore {
   /// The current run's deadline on the steady clock (ns), 0 = none. Written by the run's thread
   /// before its first submit and after its fence (relaxed: the inbox hand-off orders it).
   std::atomic<std::int64_t> run_deadline_ns{0};
-  std::uint32_t run_timeout_ms = 0;  ///< its length, for messages
+  /// Its length, for messages (relaxed: read only for messages, by any engine thread).
+  std::atomic<std::uint32_t> run_timeout_ms{0};
 
   SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: slots whose producers are all done
   LaneStack done;         ///< lanes -> Scheduler: finished tasks
@@ -304,7 +303,7 @@ struct EngineCore {
           "L{} Worker::run: the run passed its deadline of {} ms (the CallConfig::timeout given "
           "to run(), else WorkerOptions::run_timeout); tasks not started were skipped and running "
           "ones were stopped",
-          level, run_timeout_ms))));
+          level, run_timeout_ms.load(std::memory_order_relaxed)))));
     } catch (...) {
       run.fail(std::current_exception());
     }

@@ -67,6 +67,7 @@ class SchedulerCore {
   std::uint32_t busy_lanes_ = 0;
   std::uint32_t timed_total_ = 0;  ///< watched posted tasks, over all lanes
   std::chrono::steady_clock::time_point next_check_ = std::chrono::steady_clock::time_point::max();
+  std::int64_t expired_run_deadline_ = 0;  ///< the run deadline already acted on
   std::uint64_t routed_ = 0;
   std::vector<LaneCore*> touched_;  // lanes with staged, unpublished posts  // bumped by route();
                                     // dispatch repeats while it moves
