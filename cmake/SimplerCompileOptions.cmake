@@ -20,6 +20,13 @@ endif()
 if(SIMPLER_SANITIZE AND MSVC)
   message(FATAL_ERROR "SIMPLER_SANITIZE is only supported with GCC and Clang.")
 endif()
+# libFuzzer ships with Clang only.
+if(SIMPLER_BUILD_FUZZERS AND NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  message(FATAL_ERROR
+    "SIMPLER_BUILD_FUZZERS needs the Clang compiler (libFuzzer), but CMAKE_CXX_COMPILER is "
+    "${CMAKE_CXX_COMPILER_ID} (${CMAKE_CXX_COMPILER}). Use the `fuzz` preset (clang-14), or "
+    "configure a fresh build directory with -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++.")
+endif()
 
 function(simpler_target_options target)
   if(NOT TARGET ${target})
@@ -58,5 +65,11 @@ function(simpler_target_options target)
     endif()
     target_compile_options(${target} PRIVATE ${_flags})
     target_link_options(${target} PRIVATE ${_flags})
+  endif()
+
+  # Coverage feedback for libFuzzer from every target the fuzzers run (the library, the device
+  # runtime and modules); the fuzzer executables themselves add -fsanitize=fuzzer.
+  if(SIMPLER_BUILD_FUZZERS)
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
   endif()
 endfunction()

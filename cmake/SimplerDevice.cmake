@@ -23,7 +23,12 @@ function(simpler_device_module target output_name)
   target_compile_features(${target} PRIVATE cxx_std_20)
   # Bind the module's own symbols to itself: a module never picks up a same-named symbol from
   # the process that loads it.
-  target_link_options(${target} PRIVATE "LINKER:-Bsymbolic" "LINKER:--no-undefined")
+  target_link_options(${target} PRIVATE "LINKER:-Bsymbolic")
+  # No undefined symbols, except where the executable provides them: Clang links the sanitizer
+  # runtimes and libFuzzer's coverage callbacks into the executable only.
+  if(NOT (CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND (SIMPLER_SANITIZE OR SIMPLER_BUILD_FUZZERS)))
+    target_link_options(${target} PRIVATE "LINKER:--no-undefined")
+  endif()
   simpler_target_options(${target})
   set_property(GLOBAL APPEND PROPERTY SIMPLER_DEVICE_MODULES ${target})
 endfunction()

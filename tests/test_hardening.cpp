@@ -185,6 +185,38 @@ TEST_CASE("a per-submit timeout overrides the Worker's and covers next-level tas
              Contains("timeout"));
 }
 
+TEMPLATE_TEST_CASE("a next-level task's timeout bounds the nested Worker's run",
+                   "[hardening][deadline][nested]", InThreads, InProcesses) {
+  static std::atomic<bool> release{false};
+  release = false;
+  Worker l4(options_for<TestType>(0, 4));
+  Worker l3(options_for<TestType>(1, 3));
+  auto stuck = l3.register_sub("stuck_in_l3", [](TaskArgsView) {
+    const auto end = std::chrono::steady_clock::now() + 30s;
+    while (!release.load() && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(1ms);
+  });
+  l4.add_worker(std::move(l3));
+  auto orch = l4.register_orch(
+      "l3_orchestration",
+      [stuck](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(stuck); });
+  l4.init();
+  CallConfig limit;
+  limit.timeout = 150ms;
+  std::string err;
+  try {
+    l4.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_next_level(orch, TaskArgs(), limit, 0);
+    });
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  // Whichever level notices first, the error names the deadline.
+  CHECK_THAT(err, Contains("150 ms") && Contains("deadline"));
+  release = true;
+  CHECK_NOTHROW(l4.close());
+}
+
 TEST_CASE("a stopped forked child is noticed like a dead one", "[hardening][deadline]") {
   Worker w(process_options(1));  // no deadline at all
   auto stop = w.register_sub("stops_itself", [](TaskArgsView) { ::raise(SIGSTOP); });

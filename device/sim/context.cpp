@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "sim.hpp"
@@ -132,8 +133,14 @@ void* Context::device_malloc(std::size_t bytes) {
          "device_malloc needs an initialised context");
     return nullptr;
   }
-  const std::size_t rounded = std::max<std::size_t>((bytes + 1023) / 1024 * 1024, 1024);
-  void* p = std::aligned_alloc(1024, rounded);
+  // Rounding up to the 1024-byte alignment must not wrap (it once turned a request for nearly
+  // SIZE_MAX bytes into a 1024-byte block).
+  void* p = nullptr;
+  std::size_t rounded = 0;
+  if (bytes <= std::numeric_limits<std::size_t>::max() - 1023) {
+    rounded = std::max<std::size_t>((bytes + 1023) / 1024 * 1024, 1024);
+    p = std::aligned_alloc(1024, rounded);
+  }
   if (p == nullptr) {
     fail(SIMPLER_ERR_OUT_OF_MEMORY,
          fmt::format("cannot allocate {} bytes of device memory", bytes));
@@ -328,6 +335,18 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
     std::memcpy(c.shapes, t.shapes, sizeof c.shapes);
     c.ndims = t.ndims;
     c.dtype = t.dtype;
+    // Orchestrations compute views and reads of run tensors from their size: it must not wrap.
+    std::uint64_t bytes = 0;
+    if (!tensor_bytes(c, bytes) || !fits(c.addr, bytes)) {
+      std::string shape;
+      for (std::uint32_t d = 0; d < t.ndims; ++d)
+        shape += fmt::format("{}{}", d == 0 ? "" : ", ", t.shapes[d]);
+      return fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                  fmt::format("run tensor {} (shape [{}], dtype {}) is more than "
+                              "SIMPLER_MAX_TENSOR_BYTES ({}) bytes or runs past the end of the "
+                              "address space",
+                              i, shape, t.dtype, SIMPLER_MAX_TENSOR_BYTES));
+    }
   }
   int threads = default_aicpu_threads;
   Sizing s{};
@@ -358,13 +377,17 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
                               "1048576]",
                               r, s.window[r]));
     }
-    if (s.heap[r] < 1024) {
+    // Upper bounds too: the arena and heap sizes are products and sums of these, and a value
+    // near 2^64 once wrapped them to a few bytes while the ring still believed its own size.
+    if (s.heap[r] < 1024 || s.heap[r] > kMaxRingHeap) {
       return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("ring_heap[{}] is {} bytes; it must be >= 1024", r, s.heap[r]));
+                  fmt::format("ring_heap[{}] is {} bytes; it must be in [1024, {}]", r, s.heap[r],
+                              kMaxRingHeap));
     }
-    if (s.dep_pool[r] < 4) {
+    if (s.dep_pool[r] < 4 || s.dep_pool[r] > kMaxDepPool) {
       return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("ring_dep_pool[{}] is {}; it must be >= 4", r, s.dep_pool[r]));
+                  fmt::format("ring_dep_pool[{}] is {}; it must be in [4, {}]", r, s.dep_pool[r],
+                              kMaxDepPool));
     }
     total_window += s.window[r];
   }

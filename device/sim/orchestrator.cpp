@@ -46,6 +46,14 @@ std::string task_name(std::uint64_t id) {
   return fmt::format("task {}:{}", ring_of(id), local_of(id));
 }
 
+/// "[a, b, c] of dtype d" for a message about a tensor's size.
+std::string shape_text(const std::uint32_t* shapes, std::uint32_t ndims, std::uint8_t dtype) {
+  std::string s = "[";
+  for (std::uint32_t i = 0; i < ndims && i < 5; ++i)
+    s += fmt::format("{}{}", i == 0 ? "" : ", ", shapes[i]);
+  return s + fmt::format("] of dtype {}", dtype);
+}
+
 const char* shape_name(Shape s) noexcept {
   switch (s) {
     case Shape::Aic:
@@ -67,6 +75,12 @@ bool overlaps(std::uint64_t b1, std::uint64_t e1, std::uint64_t b2, std::uint64_
 }
 
 }  // namespace
+
+bool Context::created_in_run(std::uint64_t id) const noexcept {
+  const std::uint32_t ring = ring_of(id);
+  return ring < static_cast<std::uint32_t>(kRings) &&
+         local_of(id) < header().rings[ring].current.load(std::memory_order_relaxed);
+}
 
 SlotState& Context::slot_of(std::uint64_t id) noexcept {
   RingControl& rc = header().rings[ring_of(id)];
@@ -596,7 +610,14 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
   const std::int32_t lanes[3] = {k.aic, k.aiv0, k.aiv1};
   std::uint8_t mask = 0;
   for (int l = 0; l < 3; ++l) {
-    if (lanes[l] < 0) continue;
+    if (lanes[l] == -1) continue;
+    if (lanes[l] < 0) {
+      latch(SIMPLER_ERR_UNKNOWN_FUNC_ID,
+            fmt::format("submit #{}: func_id {} is negative; func_ids are 0..{} and -1 marks an "
+                        "unused lane",
+                        nth, lanes[l], SIMPLER_MAX_FUNC_ID - 1));
+      return SIMPLER_INVALID_TASK_ID;
+    }
     if (lanes[l] >= SIMPLER_MAX_FUNC_ID || static_cast<std::size_t>(lanes[l]) >= c.kernels.size() ||
         c.kernels[lanes[l]] == nullptr) {
       latch(SIMPLER_ERR_UNKNOWN_FUNC_ID,
@@ -626,13 +647,38 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
                         nth, i, t.ndims, t.dtype));
       return SIMPLER_INVALID_TASK_ID;
     }
+    std::uint64_t bytes = 0;
+    if (!tensor_bytes(t, bytes)) {
+      latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+            fmt::format("submit #{}: tensor {} has shape {}: more than SIMPLER_MAX_TENSOR_BYTES "
+                        "({}) bytes",
+                        nth, i, shape_text(t.shapes, t.ndims, t.dtype), SIMPLER_MAX_TENSOR_BYTES));
+      return SIMPLER_INVALID_TASK_ID;
+    }
     if (b->tags[i] == SIMPLER_TAG_OUTPUT) {
-      out_bytes += align_up(simpler_tensor_nbytes(&t), kHeapAlign);
-    } else if (t.addr == 0) {
+      // At most 16 x 2^48 bytes: the sum cannot overflow.
+      out_bytes += align_up(bytes, kHeapAlign);
+      continue;
+    }
+    if (t.addr == 0) {
       latch(SIMPLER_ERR_INVALID_TASK_ARGS,
             fmt::format("submit #{}: tensor {} has no buffer (addr 0); only Output tensors are "
                         "allocated by the runtime",
                         nth, i));
+      return SIMPLER_INVALID_TASK_ID;
+    }
+    if (!fits(t.offset, bytes) || !fits(t.addr, t.offset + bytes)) {
+      latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+            fmt::format("submit #{}: tensor {} is a view of {} bytes at offset {} of buffer {:#x}: "
+                        "its end wraps past 2^64 (a negative or corrupt offset?)",
+                        nth, i, bytes, t.offset, t.addr));
+      return SIMPLER_INVALID_TASK_ID;
+    }
+    if (t.owner_task != SIMPLER_INVALID_TASK_ID && !created_in_run(t.owner_task)) {
+      latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+            fmt::format("submit #{}: tensor {} names owner {}, which this run never created (a "
+                        "descriptor from another run, or a corrupt one)",
+                        nth, i, task_name(t.owner_task)));
       return SIMPLER_INVALID_TASK_ID;
     }
   }
@@ -806,7 +852,14 @@ int Context::alloc_tensor(const std::uint32_t* shapes, std::uint32_t ndims, std:
   t.ndims = ndims;
   t.dtype = dtype;
   for (std::uint32_t i = 0; i < ndims; ++i) t.shapes[i] = shapes[i];
-  const std::uint64_t bytes = align_up(simpler_tensor_nbytes(&t), kHeapAlign);
+  std::uint64_t nbytes = 0;
+  if (!tensor_bytes(t, nbytes)) {
+    latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+          fmt::format("alloc_tensor: shape {} is more than SIMPLER_MAX_TENSOR_BYTES ({}) bytes",
+                      shape_text(shapes, ndims, dtype), SIMPLER_MAX_TENSOR_BYTES));
+    return SIMPLER_ERR_INVALID_TASK_ARGS;
+  }
+  const std::uint64_t bytes = align_up(nbytes, kHeapAlign);
   ArenaHeader& h = header();
   ScopeStack& st = h.scopes;
   const std::uint32_t ring = std::min<std::uint32_t>(st.depth - 1, kRings - 1);
@@ -836,12 +889,34 @@ int Context::alloc_tensor(const std::uint32_t* shapes, std::uint32_t ndims, std:
 int Context::read_tensor(const simpler_chip_tensor* t, std::uint64_t off, void* dst,
                          std::uint64_t n) {
   if (fatal()) return SIMPLER_ERR_ORCH_FATAL;
-  if (t == nullptr || dst == nullptr || off + n > simpler_tensor_nbytes(t) || t->addr == 0) {
-    latch(SIMPLER_ERR_INVALID_TASK_ARGS,
-          fmt::format("read_tensor: bytes [{}, {}) are outside the tensor ({} bytes{})", off,
-                      off + n, t == nullptr ? 0 : simpler_tensor_nbytes(t),
-                      t != nullptr && t->addr == 0 ? ", no buffer" : ""));
+  auto refuse = [this](std::string message) {
+    latch(SIMPLER_ERR_INVALID_TASK_ARGS, "read_tensor: " + std::move(message));
     return SIMPLER_ERR_INVALID_TASK_ARGS;
+  };
+  if (t == nullptr || dst == nullptr) {
+    return refuse(fmt::format("the {} is NULL", t == nullptr ? "tensor" : "destination"));
+  }
+  std::uint64_t bytes = 0;
+  if (!tensor_bytes(*t, bytes)) {
+    return refuse(
+        fmt::format("the tensor has shape {}: invalid, or more than "
+                    "SIMPLER_MAX_TENSOR_BYTES ({}) bytes",
+                    shape_text(t->shapes, t->ndims, t->dtype), SIMPLER_MAX_TENSOR_BYTES));
+  }
+  if (t->addr == 0) return refuse("the tensor has no buffer (addr 0)");
+  // Each comparison is made so that it cannot overflow: a sum that wraps would let a huge
+  // offset pass and read before the buffer.
+  if (!fits(t->offset, bytes) || !fits(t->addr, t->offset + bytes)) {
+    return refuse(fmt::format("the view of {} bytes at offset {} of buffer {:#x} wraps past 2^64",
+                              bytes, t->offset, t->addr));
+  }
+  if (n > bytes || off > bytes - n) {
+    return refuse(
+        fmt::format("{} bytes from byte {} are outside the tensor ({} bytes)", n, off, bytes));
+  }
+  if (t->owner_task != SIMPLER_INVALID_TASK_ID && !created_in_run(t->owner_task)) {
+    return refuse(fmt::format("the tensor names owner {}, which this run never created",
+                              task_name(t->owner_task)));
   }
   ArenaHeader& h = header();
   const std::uint64_t begin = t->offset + off, end = begin + n;

@@ -44,6 +44,11 @@ inline constexpr int kMaxAicpuThreads = 4;
 inline constexpr std::uint64_t kDefaultWindow = 4096;
 inline constexpr std::uint64_t kDefaultHeap = std::uint64_t{64} << 20;
 inline constexpr std::uint64_t kHeapAlign = 1024;
+/// The largest ring heap and dependency-list pool a run config may ask for. prepare_run refuses
+/// more, so the arena's size arithmetic (entries x entry size, rounded up, summed over the rings)
+/// cannot overflow.
+inline constexpr std::uint64_t kMaxRingHeap = std::uint64_t{1} << 40;
+inline constexpr std::uint64_t kMaxDepPool = std::uint64_t{1} << 24;
 /// Retirements an orchestrator blocked on a full ring waits for before it is woken.
 inline constexpr std::uint64_t kWakeBatch = 64;
 /// After a run failed, how much longer than the watchdog period a kernel may take to return
@@ -72,6 +77,17 @@ struct Sizing {
   std::uint64_t tensormap_buckets;
   bool operator==(const Sizing&) const = default;
 };
+
+/// The byte size of `t`, or false when its ndims or dtype is invalid or the size exceeds
+/// SIMPLER_MAX_TENSOR_BYTES (so offset + size checks on a valid tensor cannot overflow).
+[[nodiscard]] inline bool tensor_bytes(const simpler_chip_tensor& t, std::uint64_t& out) noexcept {
+  return simpler_tensor_nbytes_checked(&t, &out) != 0;
+}
+
+/// True when [begin, begin + n) fits below 2^64 (n bytes from begin do not wrap).
+[[nodiscard]] inline bool fits(std::uint64_t begin, std::uint64_t n) noexcept {
+  return begin <= ~std::uint64_t{0} - n;
+}
 
 // ---- task memory ----------------------------------------------------------------------------
 
@@ -321,6 +337,9 @@ class Context {
   bool wait_for_launch(std::uint32_t& seen);
 
   // Shared helpers (orchestrator.cpp)
+  /// True when `id` names a task (or alloc) this run created: a ring that exists and a local id
+  /// below the ring's counter. Anything else (a forged or stale owner_task) must not be looked up.
+  [[nodiscard]] bool created_in_run(std::uint64_t id) const noexcept;
   SlotState& slot_of(std::uint64_t id) noexcept;
   Payload& payload_of(std::uint64_t id) noexcept;
   void release_ref(std::uint64_t id) noexcept;  ///< drop one reference; consume at zero

@@ -97,8 +97,8 @@ typedef struct simpler_run_config {
   uint32_t struct_size;         /* sizeof(simpler_run_config) */
   int32_t aicpu_thread_num;     /* 0 = the context default; else 2..4 */
   uint64_t ring_task_window[4]; /* tasks per ring, power of two in [4, 1<<20]; default 4096 */
-  uint64_t ring_heap[4];        /* heap bytes per ring, >= 1024; default 64 MiB */
-  uint64_t ring_dep_pool[4];    /* dependency-list entries per ring, >= 4; default 4 x window */
+  uint64_t ring_heap[4];        /* heap bytes per ring, in [1024, 1<<40]; default 64 MiB */
+  uint64_t ring_dep_pool[4];    /* dependency-list entries, in [4, 1<<24]; default 4 x window */
 } simpler_run_config;
 
 /** One kernel of a chip callable: a shared object exporting `symbol` (default kernel_entry). */

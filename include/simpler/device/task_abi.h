@@ -25,6 +25,11 @@
 #include <string.h>
 
 #ifdef __cplusplus
+/* C casts are the only casts C has; Clang flags them under -Wold-style-cast in C++. */
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+#endif
 extern "C" {
 #endif
 
@@ -36,6 +41,9 @@ extern "C" {
 #define SIMPLER_KERNEL_LOCAL_ARG 48
 #define SIMPLER_KERNEL_GLOBAL_ARG 49
 #define SIMPLER_INVALID_TASK_ID UINT64_MAX
+/** The largest byte size of one tensor (256 TiB, past any buffer a process can map). The runtime
+ *  refuses larger descriptors, so offset and size arithmetic on a tensor never wraps. */
+#define SIMPLER_MAX_TENSOR_BYTES (UINT64_C(1) << 48)
 
 /** Element types, numbered as simpler::DataType. */
 enum {
@@ -73,6 +81,25 @@ static inline uint64_t simpler_tensor_numel(const simpler_chip_tensor* t) {
 }
 static inline uint64_t simpler_tensor_nbytes(const simpler_chip_tensor* t) {
   return simpler_tensor_numel(t) * simpler_dtype_size(t->dtype);
+}
+/** The byte size of `t` in *out, or 0 (false) when ndims or dtype is invalid or the size exceeds
+ *  SIMPLER_MAX_TENSOR_BYTES (including a product that would overflow 64 bits). */
+static inline int simpler_tensor_nbytes_checked(const simpler_chip_tensor* t, uint64_t* out) {
+  uint64_t n = simpler_dtype_size(t->dtype);
+  uint32_t i;
+  if (t->ndims < 1 || t->ndims > 5 || n == 0) return 0;
+  for (i = 0; i < t->ndims; ++i) {
+    if (t->shapes[i] == 0) {
+      *out = 0;
+      return 1;
+    }
+  }
+  for (i = 0; i < t->ndims; ++i) {
+    if (n > SIMPLER_MAX_TENSOR_BYTES / t->shapes[i]) return 0;
+    n *= t->shapes[i];
+  }
+  *out = n;
+  return 1;
 }
 static inline void* simpler_tensor_data(const simpler_chip_tensor* t) {
   return (void*)(uintptr_t)(t->addr + t->offset);
@@ -236,6 +263,9 @@ static inline void simpler_kernel_fail(const int64_t* args, const char* message)
 
 #ifdef __cplusplus
 }
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 #endif /* SIMPLER_DEVICE_TASK_ABI_H */
