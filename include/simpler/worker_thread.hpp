@@ -185,6 +185,12 @@ class WorkerThread : public detail::LaneCore {
         }
       }
     }
+    // Stopped at the run's deadline: the run's TimeoutError goes first, whichever thread
+    // notices the deadline first (this lane, the scheduler, or the orchestration's next submit).
+    if (out.outcome == Outcome::EndpointFailure && r.run_deadline &&
+        std::chrono::steady_clock::now() >= r.deadline) {
+      core_.fail_run_deadline();
+    }
     if constexpr (requires { endpoint_.alive(); }) {
       if (out.outcome == Outcome::EndpointFailure && !endpoint_.alive()) {
         dead.store(true, std::memory_order_relaxed);
