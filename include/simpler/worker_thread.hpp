@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -41,7 +42,7 @@ class WorkerThread : public detail::LaneCore {
   /// return: it is detached instead, and the caller must keep this lane alive (keep_forever).
   void stop() noexcept {
     if (lost.load(std::memory_order_seq_cst)) {
-      if (thread_.joinable()) thread_.detach();
+      detach_once();
       shut_ = true;  // its leaf may still be running: no shutdown under its feet
       return;
     }
@@ -57,6 +58,14 @@ class WorkerThread : public detail::LaneCore {
   }
 
   [[nodiscard]] L& leaf() noexcept { return leaf_; }
+
+  /// Detaches the lane's thread, once: from the thread itself when it finds it was abandoned
+  /// (its Worker may never stop it: a lost nested Worker is kept, not closed), or from stop().
+  void detach_once() noexcept {
+    std::lock_guard lk(detach_mu_);
+    if (!detached_ && thread_.joinable()) thread_.detach();
+    detached_ = true;
+  }
   /// The transport endpoint (for diagnostics and tests: a child's pid, its death).
   [[nodiscard]] const auto& endpoint() const noexcept { return endpoint_; }
   /// For control commands between runs (never while the lane runs a task).
@@ -82,7 +91,7 @@ class WorkerThread : public detail::LaneCore {
         if (core_.run.cancelled()) {
           out.outcome = Outcome::Skipped;  // posted but not started when the run was cancelled
         } else if (!run_task(s, p.member, out)) {
-          return;  // abandoned at a deadline: the scheduler completed everything posted here
+          return detach_once();  // abandoned at a deadline: the scheduler ended its posts
         }
         // A single task is completed here, on the lane; a group member goes back to the
         // scheduler, which waits for every member.
@@ -95,7 +104,7 @@ class WorkerThread : public detail::LaneCore {
           core_.done.push(this);
           core_.notify_scheduler();
         }
-        if (next != nullptr && !run_successors(next)) return;  // abandoned, as above
+        if (next != nullptr && !run_successors(next)) return detach_once();  // as above
         avail = posted.load(std::memory_order_seq_cst);
       }
     }
@@ -237,6 +246,8 @@ class WorkerThread : public detail::LaneCore {
   Result local_;  // result of a successor run by run_successors
   std::uint64_t watch_seq_ = 0;
   bool shut_ = false;
+  std::mutex detach_mu_;  ///< an abandoned lane's thread and stop() both may detach it
+  bool detached_ = false;
 };
 
 }  // namespace simpler
