@@ -189,6 +189,7 @@ int run(int argc, char** argv) {
   if (opt.gap_ms < 0) opt.gap_ms = opt.tiny ? 0 : 20;
   const std::uint64_t n = opt.tiny ? 200 : 10'000;
   sb::Report rep(opt);
+  rep.probe();
   if (!opt.csv_only) {
     std::printf(
         "bench_chip: %s, %d warm-up + %d measured repetitions, interleaved, %d ms gap; "

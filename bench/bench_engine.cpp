@@ -382,6 +382,7 @@ int run(int argc, char** argv) {
   if (opt.gap_ms < 0) opt.gap_ms = opt.tiny ? 0 : 20;
   const Sizes sz = sizes_for(opt);
   sb::Report rep(opt);
+  rep.probe();
 
   if (!opt.csv_only) {
     std::printf(

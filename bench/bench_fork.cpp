@@ -885,6 +885,7 @@ int run(int argc, char** argv) {
         opt.tiny ? "tiny sizes" : "full sizes", opt.warmup, opt.reps, opt.gap_ms,
         sb::load_average().c_str());
   }
+  rep.probe();  // its thread is joined before the first fork
   require_single_threaded("bench_fork start");
   SharedObject<SharedCounter> counter;  // mapped before any fork
   {

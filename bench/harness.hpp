@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -111,6 +112,38 @@ double time_ns(F&& f) {
   return static_cast<double>(t1 - t0);
 }
 
+/// The machine's cross-core floor (PERFORMANCE.md): two threads bounce a counter through one
+/// cache line `rounds` times, spinning; returns the median round trip over 5 trials, in ns. These
+/// VMs switch between latency modes, so every bench records this next to its results.
+inline double cross_core_round_trip_ns(int rounds = 20'000) {
+  std::vector<double> trials;
+  for (int t = 0; t < 5; ++t) {
+    alignas(64) std::atomic<int> ball{0};
+    std::thread echo([&] {
+      for (int i = 0; i <= rounds; ++i) {
+        while (ball.load(std::memory_order_acquire) != 2 * i + 1) {
+        }
+        ball.store(2 * i + 2, std::memory_order_release);
+      }
+    });
+    // Round 0 is not timed: it waits for the echo thread to start.
+    ball.store(1, std::memory_order_release);
+    while (ball.load(std::memory_order_acquire) != 2) {
+    }
+    const std::int64_t t0 = now_ns();
+    for (int i = 1; i <= rounds; ++i) {
+      ball.store(2 * i + 1, std::memory_order_release);
+      while (ball.load(std::memory_order_acquire) != 2 * i + 2) {
+      }
+    }
+    const std::int64_t t1 = now_ns();
+    echo.join();
+    trials.push_back(static_cast<double>(t1 - t0) / rounds);
+  }
+  std::sort(trials.begin(), trials.end());
+  return trials[trials.size() / 2];
+}
+
 /// Keeps the compiler from dropping an otherwise empty body.
 inline void clobber() noexcept {
   __asm__ __volatile__("" ::: "memory");
@@ -176,6 +209,15 @@ struct Row {
 class Report {
  public:
   explicit Report(const Options& o) : opt_(o) {}
+
+  /// Measures and records the cross-core round trip (csv row "probe,cross_core_rtt"). Call
+  /// before any engine thread exists (it spins two threads for a few milliseconds).
+  void probe() {
+    const double ns = cross_core_round_trip_ns(opt_.tiny ? 2'000 : 20'000);
+    if (!opt_.csv_only) std::printf("  # cross-core spin round trip (probe): %.0f ns\n", ns);
+    std::printf("csv,probe,cross_core_rtt,ns,%.3f,,5\n", ns);
+    std::fflush(stdout);
+  }
 
   /// Prints a section header (not in --csv-only mode).
   void section(const std::string& title) const {

@@ -53,20 +53,18 @@ Orchestrator::~Orchestrator() {
   for (auto& h : heaps_) detail::unmap_region(h.base(), h.size());
 }
 
-void Orchestrator::check_owner(const char* api) const {
+void Orchestrator::throw_not_owner(const char* api) const {
   if (!in_run_.load(std::memory_order_acquire)) {
     throw UsageError(fmt::format(
         "Orchestrator::{}: called outside Worker::run; submit from inside the orchestration "
         "function",
         api));
   }
-  if (owner_.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
-    throw UsageError(fmt::format(
-        "Orchestrator::{}: called from a thread that is not running the orchestration function; "
-        "an Orchestrator belongs to the thread inside Worker::run (collect the work on other "
-        "threads and submit it from that one)",
-        api));
-  }
+  throw UsageError(fmt::format(
+      "Orchestrator::{}: called from a thread that is not running the orchestration function; "
+      "an Orchestrator belongs to the thread inside Worker::run (collect the work on other "
+      "threads and submit it from that one)",
+      api));
 }
 
 void Orchestrator::check_open(const char* api) const {
@@ -75,7 +73,7 @@ void Orchestrator::check_open(const char* api) const {
 }
 
 // Past the run's deadline the run fails (a TimeoutError) and every later submit throws it.
-void Orchestrator::check_run_deadline() {
+void Orchestrator::run_deadline_slow() {
   const std::int64_t dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
   if (dl == 0 || detail::steady_ns(std::chrono::steady_clock::now()) < dl) return;
   core_.fail_run_deadline();
@@ -90,8 +88,8 @@ void Orchestrator::record_shared_memory(bool sub_separate, bool next_level_separ
   if (sub_separate || next_level_separate) shared_ranges_ = detail::shared_mappings();
 }
 
-void Orchestrator::check_tensor(const char* api, Role role, std::int32_t index,
-                                const ContinuousTensor& t, TensorArgType tag) const {
+void Orchestrator::check_tensor_slow(const char* api, Role role, std::int32_t index,
+                                     const ContinuousTensor& t, TensorArgType tag) const {
   if (t.data == 0) {
     if (tag == TensorArgType::Output) return;  // allocated from the heap ring
     throw UsageError(fmt::format(

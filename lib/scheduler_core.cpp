@@ -295,7 +295,7 @@ void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
       next_check_ = std::min(next_check_, first);
     }
   }
-  lane.ring[lane.staged % LaneCore::kDepth] = {s.id, member, watched};
+  lane.ring[lane.staged % LaneCore::kDepth] = {s.id, member, watched ? 1U : 0U};
   ++lane.staged;
 }
 

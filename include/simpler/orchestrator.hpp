@@ -140,10 +140,29 @@ class Orchestrator {
                       std::span<const TaskArgs> members, const CallConfig& config,
                       std::span<const WorkerId> targets, const char* api);
   void check_open(const char* api) const;
-  void check_owner(const char* api) const;
-  void check_run_deadline();
+  /// Throws unless called inside a run, on the thread running it. Inline fast path.
+  void check_owner(const char* api) const {
+    if (in_run_.load(std::memory_order_acquire) &&
+        owner_.load(std::memory_order_relaxed) == std::this_thread::get_id()) {
+      return;
+    }
+    throw_not_owner(api);
+  }
+  [[noreturn]] void throw_not_owner(const char* api) const;
+  /// Past the run's deadline: fails the run and rethrows its error.
+  void check_run_deadline() {
+    if (core_.run_deadline_ns.load(std::memory_order_relaxed) != 0) run_deadline_slow();
+  }
+  void run_deadline_slow();
+  /// Null data (for tags but Output) and, for children in another address space, memory they
+  /// cannot see. Inline fast path.
   void check_tensor(const char* api, detail::Role role, std::int32_t index,
-                    const ContinuousTensor& t, TensorArgType tag) const;
+                    const ContinuousTensor& t, TensorArgType tag) const {
+    if (t.data != 0 && !separate_[static_cast<std::size_t>(role)]) return;
+    check_tensor_slow(api, role, index, t, tag);
+  }
+  void check_tensor_slow(const char* api, detail::Role role, std::int32_t index,
+                         const ContinuousTensor& t, TensorArgType tag) const;
   [[noreturn]] void throw_not_shared(const char* api, detail::Role role, std::int32_t index,
                                      const ContinuousTensor& t) const;
   void check_targets(detail::Role role, std::size_t members, std::span<const WorkerId> targets,

@@ -87,10 +87,10 @@ struct LaneCore {
   const WorkerId id;
   const std::string name;  ///< "sub worker 0", used in error messages
 
-  struct Posted {
+  struct Posted {  // 8 bytes: eight fit one cache line
     TaskSlot slot;
-    std::uint32_t member;
-    bool watched;  ///< the scheduler watches its deadline (counted in `timed`)
+    std::uint32_t member : 31;
+    std::uint32_t watched : 1;  ///< the scheduler watches its deadline (counted in `timed`)
   };
   struct Result {
     Outcome outcome = Outcome::Success;
@@ -104,8 +104,12 @@ struct LaneCore {
   std::uint32_t staged = 0;     ///< ring entries written; published to `posted` per dispatch pass
   std::uint32_t collected = 0;  ///< results taken so far
   bool reserved = false;
-  std::uint32_t index = 0;  ///< position in the scheduler's lane table of this role
+  std::uint32_t index = 0;         ///< position in the scheduler's lane table of this role
+  std::uint32_t timed = 0;         ///< posted tasks whose deadline the scheduler watches
+  std::uint32_t timed_min_ms = 0;  ///< smallest timeout among them (0 = only the run's)
   [[nodiscard]] bool idle() const noexcept { return inflight == 0; }
+  /// Set at construction: the transport does not enforce deadlines, the scheduler watches them.
+  bool watched = false;
 
   // ---- Scheduler -> lane: ring[i % kDepth] is written, then `posted` (seq_cst) publishes it.
   std::array<Posted, kDepth> ring{};
@@ -114,6 +118,9 @@ struct LaneCore {
   /// Set by the lane when its child is gone for good; the scheduler then stops giving it shared
   /// work (tasks directed at it still go there and fail at once).
   std::atomic<bool> dead{false};
+  /// Set by the scheduler when it abandoned the lane (its thread overran a deadline): nothing
+  /// is posted to it again; its thread is detached, not joined, at shutdown.
+  std::atomic<bool> lost{false};
   EventCount wake;
 
   // ---- Deadline watch, for lanes whose transport cannot stop its child (a thread). Before such
@@ -124,7 +131,6 @@ struct LaneCore {
   // its thread without touching the engine again (the lane is `lost`).
   static constexpr std::uint64_t kWatchRunning = 1;
   static constexpr std::uint64_t kWatchAbandoned = 2;
-  bool watched = false;  ///< set at construction: the transport does not enforce deadlines
   std::atomic<std::uint64_t> watch{0};
   // Relaxed: written before the release store of `watch`, read after its acquire load and
   // validated by the scheduler's CAS on it (a lane moves on only after its own CAS).
@@ -132,12 +138,6 @@ struct LaneCore {
   std::atomic<TaskSlot> watch_slot{0};
   std::atomic<std::uint32_t> watch_ms{0};
   std::atomic<bool> watch_run{false};
-  /// Set by the scheduler when it abandoned the lane (its thread overran a deadline): nothing
-  /// is posted to it again; its thread is detached, not joined, at shutdown.
-  std::atomic<bool> lost{false};
-  // Scheduler-private watch bookkeeping.
-  std::uint32_t timed = 0;         ///< posted tasks whose deadline the scheduler watches
-  std::uint32_t timed_min_ms = 0;  ///< smallest timeout among them (0 = only the run's)
 
   // ---- Lane -> scheduler: results[i % kDepth] is written, then `completed` (seq_cst) publishes
   // it. `queued` says the lane is on the done stack; the lane pushes itself only when it flips
@@ -244,14 +244,15 @@ class RunState {
 struct EngineCore {
   int level = 3;
   EngineTiming timing;
-  SlotPool pool;
-  RunState run;
   const CallableRegistry* registry = nullptr;  ///< for naming callables in messages
   /// The current run's deadline on the steady clock (ns), 0 = none. Written by the run's thread
-  /// before its first submit and after its fence (relaxed: the inbox hand-off orders it).
+  /// before its first submit and after its fence (relaxed: the inbox hand-off orders it). Read
+  /// per task, so it sits with the read-mostly fields, away from the hand-off words.
   std::atomic<std::int64_t> run_deadline_ns{0};
   /// Its length, for messages (relaxed: read only for messages, by any engine thread).
   std::atomic<std::uint32_t> run_timeout_ms{0};
+  SlotPool pool;
+  RunState run;
 
   SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: slots whose producers are all done
   LaneStack done;         ///< lanes -> Scheduler: finished tasks
