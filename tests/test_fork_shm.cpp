@@ -241,6 +241,7 @@ TEST_CASE("work for a role whose every child died fails instead of waiting forev
   } catch (const TaskError& e) {
     CHECK(e.outcome() == Outcome::EndpointFailure);
     CHECK_THAT(std::string(e.what()), Contains("no sub worker is left alive"));
+    CHECK(e.callable() == "count");  // the callable, not its slot number
   }
   // Work named for the dead worker fails at once, naming how its child ended.
   try {
