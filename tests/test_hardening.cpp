@@ -460,3 +460,36 @@ TEST_CASE("a full heap ring that only the blocked orchestration could free fails
           }
         }).empty());
 }
+
+TEST_CASE("a heap-ring wait ends at the run's deadline", "[hardening][heap][deadline]") {
+  WorkerOptions opts = thread_options(1);
+  opts.heap_ring_size = 64 * 1024;
+  opts.heap_wait = std::chrono::milliseconds(120'000);  // far beyond the test's timeout
+  opts.run_timeout = 200ms;
+  Worker w(opts);
+  Gate hold;
+  auto holds = w.register_sub("holds", [&](TaskArgsView) { hold.wait(20s); });
+  w.init();
+  std::string err;
+  try {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      {
+        // A closed scope whose buffer comes back once its task ends: worth waiting for.
+        auto s = o.scope();
+        o.submit_sub(holds,
+                     TaskArgs().add_tensor(make_tensor(nullptr, {60 * 1024}, DataType::UInt8),
+                                           TensorArgType::Output));
+      }
+      auto s = o.scope();
+      try {
+        o.alloc({32 * 1024}, DataType::UInt8);
+      } catch (...) {
+        hold.open();
+        throw;
+      }
+    });
+  } catch (const TimeoutError& e) {
+    err = e.what();
+  }
+  CHECK_THAT(err, Contains("run passed its deadline of 200 ms"));
+}
