@@ -805,6 +805,7 @@ void scenario_throughput(sb::Report& rep, const Sizes& sz, SharedCounter* counte
 struct FailureClock {
   std::atomic<std::int64_t> stopped_at{0};  ///< steady ns when the task stopped answering
   std::atomic<bool> release{false};         ///< lets an abandoned thread child return
+  std::atomic<bool> left{false};            ///< the abandoned thread child has returned
 };
 
 sb::Contender detection_contender(const std::string& name, ChildMode mode,
@@ -818,6 +819,7 @@ sb::Contender detection_contender(const std::string& name, ChildMode mode,
             o.task_timeout = timeout;
             clock->stopped_at.store(0);
             clock->release.store(false);
+            clock->left.store(false);
             double us = 0;
             {
               simpler::Worker w(o);
@@ -840,6 +842,15 @@ sb::Contender detection_contender(const std::string& name, ChildMode mode,
               clock->release.store(true);
               w.shutdown_quietly();
             }
+            // An abandoned thread child still runs the callable, which reads `clock`: wait for
+            // it to leave before the mapping can go away (a leaf past its deadline keeps
+            // touching whatever it was given, which is why the bench waits and users should).
+            if (mode == ChildMode::Thread) {
+              const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+              while (!clock->left.load() && std::chrono::steady_clock::now() < end)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+              if (!clock->left.load()) fail(name + ": the abandoned callable never returned");
+            }
             return us;
           }};
 }
@@ -849,6 +860,7 @@ void scenario_detection(sb::Report& rep, FailureClock* clock) {
   rep.section("d: from a child that stops answering to run()'s error, fresh Worker each (us)");
   auto wait_release = [clock] {
     while (!clock->release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    clock->left.store(true);
   };
   std::vector<sb::Contender> cs{
       detection_contender("killed_child", ChildMode::Process, std::chrono::milliseconds(0), clock,
