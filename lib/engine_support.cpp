@@ -28,15 +28,11 @@ void keep_forever(std::shared_ptr<void> p) noexcept {
   // Deliberately never destroyed: what an abandoned thread may still touch must outlive every
   // destructor, including static ones at exit. Reachable from a static, so leak checkers do not
   // report it.
+  // noexcept: running out of memory here ends the process, which must not destroy `p`.
   static std::mutex* mu = new std::mutex;
   static auto* kept = new std::vector<std::shared_ptr<void>>;
-  try {
-    std::lock_guard lk(*mu);
-    kept->push_back(std::move(p));
-  } catch (...) {
-    // Out of memory: let go of the reference without destroying the object.
-    new std::shared_ptr<void>(std::move(p));  // NOLINT: an intentional leak
-  }
+  std::lock_guard lk(*mu);
+  kept->push_back(std::move(p));
 }
 
 std::string EngineCore::callable_name(const Slot& s) const noexcept {

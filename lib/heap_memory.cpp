@@ -46,14 +46,29 @@ std::vector<std::pair<std::uintptr_t, std::uintptr_t>> parse_shared_mappings(
     if (r.ec != std::errc() || stop - r.ptr < 5 || r.ptr[0] != ' ') continue;
     const char* perms = r.ptr + 1;
     if (perms[3] != 's' || end <= begin) continue;
-    if (!out.empty() && out.back().second == begin) {
-      out.back().second = end;  // adjacent shared mappings hold a tensor that spans both
-    } else {
-      out.emplace_back(begin, end);
-    }
+    out.emplace_back(begin, end);
   }
   std::sort(out.begin(), out.end());
+  // Adjacent shared mappings hold a tensor that spans both: merge them.
+  std::size_t kept = 0;
+  for (const auto& m : out) {
+    if (kept != 0 && out[kept - 1].second >= m.first) {
+      out[kept - 1].second = std::max(out[kept - 1].second, m.second);
+    } else {
+      out[kept++] = m;
+    }
+  }
+  out.resize(kept);
   return out;
+}
+
+const std::pair<std::uintptr_t, std::uintptr_t>* mapping_holding(
+    const std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& ranges,
+    std::uintptr_t addr) noexcept {
+  // The first range that ends after `addr` is the only one that can hold it.
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), addr,
+                             [](std::uintptr_t a, const auto& r) { return a < r.second; });
+  return it != ranges.end() && it->first <= addr ? &*it : nullptr;
 }
 
 std::vector<std::pair<std::uintptr_t, std::uintptr_t>> shared_mappings() {
@@ -65,8 +80,12 @@ std::vector<std::pair<std::uintptr_t, std::uintptr_t>> shared_mappings() {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
       text.append(buf, static_cast<std::size_t>(n));
-    } else if (n == 0 || errno != EINTR) {
+    } else if (n == 0) {
       break;
+    } else if (errno != EINTR) {
+      const int err = errno;
+      ::close(fd);
+      throw SystemError("read of /proc/self/maps", err);
     }
   }
   ::close(fd);

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <thread>
 
 #include "simpler/error.hpp"
@@ -100,40 +99,43 @@ void Orchestrator::check_tensor_slow(const char* api, Role role, std::int32_t in
   if (!separate_[static_cast<std::size_t>(role)] || t.child_memory != 0) return;
   const std::uint64_t bytes = t.nbytes();
   const std::uintptr_t begin = t.data;
-  const std::uintptr_t end = begin + (bytes == 0 ? 1 : bytes);
+  const std::uintptr_t end = begin + (bytes == 0 ? 1 : bytes);  // validate() ruled out a wrap
   for (const auto& h : heaps_) {
     const auto base = reinterpret_cast<std::uintptr_t>(h.base());
     if (h.size() != 0 && begin >= base && end <= base + h.size()) return;
   }
-  // The first mapping that ends after `begin` is the only one that can hold it.
-  auto it = std::upper_bound(shared_ranges_.begin(), shared_ranges_.end(), begin,
-                             [](std::uintptr_t b, const auto& r) { return b < r.second; });
-  if (it != shared_ranges_.end() && it->first <= begin && end <= it->second) return;
-  throw_not_shared(api, role, index, t);
+  const auto* m = detail::mapping_holding(shared_ranges_, begin);
+  if (m != nullptr && end <= m->second) return;
+  throw_not_shared(api, role, index, t, m != nullptr);
 }
 
 void Orchestrator::throw_not_shared(const char* api, Role role, std::int32_t index,
-                                    const ContinuousTensor& t) const {
+                                    const ContinuousTensor& t, bool starts_shared) const {
   const char* who = role == Role::Sub ? "sub workers" : "next-level workers";
-  // Only now, on the error path: is it shared memory that was mapped too late?
-  bool late_shared = false;
-  try {
-    const auto now_shared = detail::shared_mappings();
-    const std::uintptr_t begin = t.data;
-    for (const auto& r : now_shared)
-      late_shared = late_shared || (r.first <= begin && begin < r.second);
-  } catch (...) {
-    late_shared = false;
+  std::string where;
+  if (starts_shared) {
+    where = fmt::format(
+        "starts in a shared mapping but runs past its end, into memory the forked {} may not "
+        "share",
+        who);
+  } else {
+    // Only now, on the error path: is it shared memory that was mapped too late?
+    bool late_shared = false;
+    try {
+      late_shared = detail::mapping_holding(detail::shared_mappings(), t.data) != nullptr;
+    } catch (...) {
+      late_shared = false;
+    }
+    where = late_shared
+                ? fmt::format(
+                      "lies in a shared mapping made after Worker::init(); the forked {} were "
+                      "started before it existed and cannot see it",
+                      who)
+                : fmt::format(
+                      "lies in this process's private memory, which the forked {} do not share: "
+                      "what they write there would be lost and what they read stale",
+                      who);
   }
-  const std::string where =
-      late_shared ? fmt::format(
-                        "lies in a shared mapping made after Worker::init(); the forked {} were "
-                        "started before it existed and cannot see it",
-                        who)
-                  : fmt::format(
-                        "lies in this process's private memory, which the forked {} do not share: "
-                        "what they write there would be lost and what they read stale",
-                        who);
   throw UsageError(fmt::format(
       "Orchestrator::{}: tensor {} ({:#x}, {} bytes) {}. Put it in memory they share: "
       "(1) orch.alloc(shape, dtype), or an Output tensor with data == 0 (allocated from the heap "
@@ -301,11 +303,8 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
   s.members.push_back(
       {static_cast<std::uint32_t>(s.tensors.size()), static_cast<std::uint32_t>(s.scalars.size())});
   s.has_config = custom_config;
-  {
-    const auto ms = config.timeout.count() > 0 ? config.timeout : core_.timing.task_timeout;
-    s.timeout_ms = static_cast<std::uint32_t>(
-        std::min<std::int64_t>(ms.count(), std::numeric_limits<std::uint32_t>::max()));
-  }
+  s.timeout_ms =
+      detail::clamp_ms(config.timeout.count() > 0 ? config.timeout : core_.timing.task_timeout);
   if (custom_config) {
     if (!s.config) s.config = std::make_unique<CallConfig>();
     *s.config = config;
@@ -472,7 +471,7 @@ detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t byte
         api, ring, h.size(), h.live_allocations(),
         ring == 0 ? " (the run's outermost scope, which ends only with the run)" : "", bytes));
   }
-  auto deadline = std::chrono::steady_clock::now() + core_.timing.heap_wait;
+  auto deadline = detail::deadline_after(std::chrono::steady_clock::now(), core_.timing.heap_wait);
   const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
   const bool run_bound = run_dl != 0 && detail::steady_from_ns(run_dl) < deadline;
   if (run_bound) deadline = detail::steady_from_ns(run_dl);

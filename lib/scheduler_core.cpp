@@ -129,46 +129,47 @@ void SchedulerCore::abandon(LaneCore& l) {
   collect_results(l);
   l.lost.store(true, std::memory_order_seq_cst);
   l.dead.store(true, std::memory_order_relaxed);
-  const TaskSlot slot = l.watch_slot.load(std::memory_order_relaxed);
-  const bool run_deadline = l.watch_run.load(std::memory_order_relaxed);
+  // The lane was running its oldest ring entry (only ring entries are watched); its deadline
+  // was the run's exactly when it equals the run's.
+  Slot& running = core_.pool.at(l.ring[l.collected % LaneCore::kDepth].slot);
+  const std::int64_t deadline = l.watch_deadline_ns.load(std::memory_order_relaxed);
+  const bool run_deadline = deadline == core_.run_deadline_ns.load(std::memory_order_relaxed);
   if (run_deadline) core_.fail_run_deadline();
   std::string why;
   try {
     why = fmt::format(
         "the task did not finish within {}; the thread running it cannot be stopped, so it was "
         "abandoned (it may still be running) and this worker is lost",
-        describe_deadline(l.watch_ms.load(std::memory_order_relaxed), run_deadline));
+        describe_deadline(run_deadline ? core_.run_timeout_ms.load(std::memory_order_relaxed)
+                                       : running.timeout_ms,
+                          run_deadline));
   } catch (...) {
     why.clear();
   }
-  core_.fail_run(Outcome::EndpointFailure, l.name, core_.callable_name(core_.pool.at(slot)), why);
-  // The lane was running the oldest entry of its ring (only ring entries are watched).
-  collect_posted(l, true);
-}
-
-// Ends every task posted to an abandoned lane: the one it was running (when `first_running`)
-// failed; the others never started, so they are skipped.
-void SchedulerCore::collect_posted(LaneCore& l, bool first_running) {
+  core_.fail_run(Outcome::EndpointFailure, l.name, core_.callable_name(running), why);
+  // Every posted entry ends: the running one failed, the others never started.
+  bool first = true;
   while (l.collected != l.staged) {
     const LaneCore::Posted p = l.ring[l.collected % LaneCore::kDepth];
     ++l.collected;
     if (--l.inflight == 0) --busy_lanes_;
-    if (p.watched) {
-      --l.timed;
-      --timed_total_;
-    }
-    const Outcome o = first_running ? Outcome::EndpointFailure : Outcome::Skipped;
-    first_running = false;
-    Slot& s = core_.pool.at(p.slot);
-    if (s.is_group()) {
-      if (s.group_outcome == Outcome::Success) s.group_outcome = o;
-      if (++s.members_done == s.group_size) worklist_.push_back({s.id, s.group_outcome});
-    } else {
-      worklist_.push_back({s.id, o});
-    }
+    end_member(core_.pool.at(p.slot), first ? Outcome::EndpointFailure : Outcome::Skipped);
+    first = false;
   }
+  timed_total_ -= l.timed;
   l.timed = 0;
   drain_worklist();
+}
+
+// A posted task (or group member) ended with `o`: a single task is finished; a group is once
+// every member has ended, with its first failure.
+void SchedulerCore::end_member(Slot& s, Outcome o) {
+  if (!s.is_group()) {
+    worklist_.push_back({s.id, o});
+    return;
+  }
+  if (o != Outcome::Success && s.group_outcome == Outcome::Success) s.group_outcome = o;
+  if (++s.members_done == s.group_size) worklist_.push_back({s.id, s.group_outcome});
 }
 
 void SchedulerCore::fail_lost(Slot& s, const LaneCore& lane) {
@@ -214,15 +215,9 @@ void SchedulerCore::collect_results(LaneCore& l) {
     if (r.outcome == Outcome::TaskFailure || r.outcome == Outcome::EndpointFailure) {
       core_.fail_run(r.outcome, l.name, r.callable, r.message);
     }
-    if (s.is_group()) {
-      if (r.outcome != Outcome::Success && s.group_outcome == Outcome::Success) {
-        s.group_outcome = r.outcome;
-      }
-      if (++s.members_done == s.group_size) finish(s, s.group_outcome);
-    } else {
-      finish(s, r.outcome);
-    }
+    end_member(s, r.outcome);
   }
+  drain_worklist();
 }
 
 void SchedulerCore::became_ready(Slot& s) {
@@ -244,11 +239,6 @@ void SchedulerCore::route(Slot& s) {
   } else {
     q.directed[static_cast<std::size_t>(s.targets[0])].push_back(s.id);
   }
-}
-
-void SchedulerCore::finish(Slot& s, Outcome o) {
-  worklist_.push_back({s.id, o});
-  drain_worklist();
 }
 
 // Completes tasks iteratively (a failure can skip a long chain; recursion would overflow the

@@ -75,6 +75,48 @@ TEST_CASE("a forked sub worker runs tasks and reports their failures", "[fork-sh
   CHECK(ep.death().empty());  // it exited cleanly when asked
 }
 
+TEST_CASE("an endpoint enforces a task's deadline and leaves a late task unsent",
+          "[fork-shm][deadline]") {
+  EndpointFixture f;
+  const auto hang = f.registry.add(CallableKind::Sub, "hangs", [](TaskArgsView) { ::pause(); }, {});
+  ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
+  ep.launch();
+  std::string err;
+  // A deadline that passed before the task was sent: not sent, and the child stays usable.
+  LeafRequest late{f.echo.digest, f.echo.index, TaskArgsView{}, &default_call_config()};
+  late.deadline = std::chrono::steady_clock::now() - std::chrono::milliseconds(1);
+  late.deadline_ms = 5;
+  CHECK(ep.execute(late, err) == Outcome::EndpointFailure);
+  CHECK_THAT(err, Contains("its deadline of 5 ms") && Contains("not sent"));
+  CHECK(ep.alive());
+  // A task that overruns: the child is killed and the endpoint is dead.
+  LeafRequest slow{hang.digest, hang.index, TaskArgsView{}, &default_call_config()};
+  slow.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  slow.deadline_ms = 50;
+  const pid_t pid = ep.pid();
+  CHECK(ep.execute(slow, err) == Outcome::EndpointFailure);
+  CHECK_THAT(err, Contains("did not finish within its deadline of 50 ms") &&
+                      Contains(std::to_string(pid)) && Contains("killed"));
+  CHECK_FALSE(ep.alive());
+  CHECK_THAT(ep.death(), Contains("deadline"));
+  CHECK(::waitpid(pid, nullptr, WNOHANG) == -1);  // reaped
+}
+
+TEST_CASE("close kills and reports a child stopped while idle", "[fork-shm][lifecycle]") {
+  Worker w(process_options(1));
+  w.register_sub("noop", [](TaskArgsView) {});
+  w.init();
+  pid_t pid = -1;
+  w.scheduler().for_each_lane([&](auto& lane) {
+    if constexpr (requires { lane.endpoint().pid(); }) pid = lane.endpoint().pid();
+  });
+  REQUIRE(pid > 0);
+  REQUIRE(::kill(pid, SIGSTOP) == 0);
+  // A stopped child cannot act on the Shutdown request: it is killed instead of waited for.
+  CHECK_THROWS_WITH(w.close(), Contains("sub worker 0") && Contains("stopped"));
+  CHECK(::waitpid(pid, nullptr, WNOHANG) == -1);  // reaped
+}
+
 TEST_CASE("an args blob larger than the mailbox fails that task only", "[fork-shm][bad-input]") {
   EndpointFixture f;
   ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);

@@ -164,7 +164,7 @@ class Orchestrator {
   void check_tensor_slow(const char* api, detail::Role role, std::int32_t index,
                          const ContinuousTensor& t, TensorArgType tag) const;
   [[noreturn]] void throw_not_shared(const char* api, detail::Role role, std::int32_t index,
-                                     const ContinuousTensor& t) const;
+                                     const ContinuousTensor& t, bool starts_shared) const;
   void check_targets(detail::Role role, std::size_t members, std::span<const WorkerId> targets,
                      const char* api) const;
   detail::HeapRing::Allocation heap_alloc(int ring, std::size_t bytes, const char* api);

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -76,7 +75,6 @@ class BasicWorker {
     core_->timing.spin = options_.spin;
     core_->timing.heap_wait = options_.heap_wait;
     core_->timing.task_timeout = options_.task_timeout;
-    core_->timing.run_timeout = options_.run_timeout;
     orch_ = std::make_unique<Orchestrator>(*core_, *registry_, options_.heap_ring_size);
     sched_ = std::make_unique<Scheduler<Lanes...>>(*core_);
     if (!options_.device_ids.empty()) add_chip_lanes();
@@ -247,14 +245,15 @@ class BasicWorker {
     } running{running_};
     if (!orch) throw UsageError("Worker::run: the orchestration function is empty");
     if (&config != &default_call_config()) config.validate();
-    const auto timeout = config.timeout.count() > 0 ? config.timeout : options_.run_timeout;
+    const std::uint32_t timeout_ms =
+        detail::clamp_ms(config.timeout.count() > 0 ? config.timeout : options_.run_timeout);
     core_->run.begin(++run_id_);
-    if (timeout.count() > 0) {
-      core_->run_timeout_ms.store(static_cast<std::uint32_t>(std::min<std::int64_t>(
-                                      timeout.count(), std::numeric_limits<std::uint32_t>::max())),
-                                  std::memory_order_relaxed);
-      core_->run_deadline_ns.store(detail::steady_ns(std::chrono::steady_clock::now() + timeout),
-                                   std::memory_order_relaxed);
+    if (timeout_ms != 0) {
+      core_->run_timeout_ms.store(timeout_ms, std::memory_order_relaxed);
+      core_->run_deadline_ns.store(
+          detail::steady_ns(detail::deadline_after(std::chrono::steady_clock::now(),
+                                                   std::chrono::milliseconds(timeout_ms))),
+          std::memory_order_relaxed);
     }
     struct ClearDeadline {
       detail::EngineCore& core;

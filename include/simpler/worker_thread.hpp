@@ -181,7 +181,7 @@ class WorkerThread : public detail::LaneCore {
     if (s.timeout_ms != 0 || run_dl != 0) {
       set_deadline(r, s.timeout_ms, run_dl);
       // Only ring entries carry a deadline here (runnable_here keeps the others off this lane).
-      if constexpr (!EnforcesDeadlines<T>) word = arm_watch(r, s.id);
+      if constexpr (!EnforcesDeadlines<T>) word = arm_watch(r);
     }
     out.outcome = endpoint_.execute(r, out.message);
     if constexpr (!EnforcesDeadlines<T>) {
@@ -218,7 +218,8 @@ class WorkerThread : public detail::LaneCore {
   /// The task's deadline: its own timeout from now, or the run's deadline if that comes first.
   void set_deadline(LeafRequest& r, std::uint32_t timeout_ms, std::int64_t run_dl) const noexcept {
     if (timeout_ms != 0) {
-      r.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+      r.deadline = detail::deadline_after(std::chrono::steady_clock::now(),
+                                          std::chrono::milliseconds(timeout_ms));
       r.deadline_ms = timeout_ms;
     }
     if (run_dl != 0 && detail::steady_from_ns(run_dl) < r.deadline) {
@@ -228,14 +229,11 @@ class WorkerThread : public detail::LaneCore {
     }
   }
 
-  /// Publishes the running task and its deadline for the scheduler's watch; returns the word.
-  std::uint64_t arm_watch(const LeafRequest& r, TaskSlot slot) noexcept {
+  /// Publishes the running task's deadline for the scheduler's watch; returns the word.
+  std::uint64_t arm_watch(const LeafRequest& r) noexcept {
     watch_deadline_ns.store(detail::steady_ns(r.deadline), std::memory_order_relaxed);
-    watch_slot.store(slot, std::memory_order_relaxed);
-    watch_ms.store(r.deadline_ms, std::memory_order_relaxed);
-    watch_run.store(r.run_deadline, std::memory_order_relaxed);
     const std::uint64_t word = ((++watch_seq_) << 2) | kWatchRunning;
-    watch.store(word, std::memory_order_release);  // publishes the fields above
+    watch.store(word, std::memory_order_release);  // publishes the deadline
     return word;
   }
 

@@ -60,6 +60,19 @@ inline std::chrono::steady_clock::time_point steady_from_ns(std::int64_t ns) noe
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::nanoseconds(ns)));
 }
+/// A timeout as the engine stores it: whole milliseconds, saturated at ~49.7 days (a longer
+/// one is as good as none, and the sum with the clock must not overflow).
+inline std::uint32_t clamp_ms(std::chrono::milliseconds t) noexcept {
+  if (t.count() <= 0) return 0;
+  return t.count() >= 0xffffffffLL ? 0xffffffffU : static_cast<std::uint32_t>(t.count());
+}
+/// `now + t`, saturated at time_point::max() instead of overflowing.
+inline std::chrono::steady_clock::time_point deadline_after(
+    std::chrono::steady_clock::time_point now, std::chrono::milliseconds t) noexcept {
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::time_point::max() - now);
+  return t >= room ? std::chrono::steady_clock::time_point::max() : now + t;
+}
 /// Keeps `p` alive until the process exits (never destroyed, still reachable for leak
 /// checkers). For what an abandoned thread may still touch.
 void keep_forever(std::shared_ptr<void> p) noexcept;
@@ -124,20 +137,18 @@ struct LaneCore {
   EventCount wake;
 
   // ---- Deadline watch, for lanes whose transport cannot stop its child (a thread). Before such
-  // a lane runs a task with a deadline it stores the watch_* fields, then `watch` =
-  // (seq << 2) | kWatchRunning (release); afterwards it CASes that word back to (seq << 2). The
-  // scheduler, past the deadline, CASes kWatchAbandoned into the running word: whichever CAS
-  // wins decides whether the lane or the scheduler completes the task. A lane that loses exits
-  // its thread without touching the engine again (the lane is `lost`).
+  // a lane runs a task with a deadline (always its oldest ring entry: see runnable_here) it
+  // stores watch_deadline_ns, then `watch` = (seq << 2) | kWatchRunning (release); afterwards it
+  // CASes that word back to (seq << 2). The scheduler, past the deadline, CASes kWatchAbandoned
+  // into the running word: whichever CAS wins decides whether the lane or the scheduler
+  // completes the task. A lane that loses exits its thread without touching the engine again
+  // (the lane is `lost`). What ran and why is derived from the ring entry and the deadline.
   static constexpr std::uint64_t kWatchRunning = 1;
   static constexpr std::uint64_t kWatchAbandoned = 2;
   std::atomic<std::uint64_t> watch{0};
   // Relaxed: written before the release store of `watch`, read after its acquire load and
   // validated by the scheduler's CAS on it (a lane moves on only after its own CAS).
   std::atomic<std::int64_t> watch_deadline_ns{0};
-  std::atomic<TaskSlot> watch_slot{0};
-  std::atomic<std::uint32_t> watch_ms{0};
-  std::atomic<bool> watch_run{false};
 
   // ---- Lane -> scheduler: results[i % kDepth] is written, then `completed` (seq_cst) publishes
   // it. `queued` says the lane is on the done stack; the lane pushes itself only when it flips
@@ -202,7 +213,6 @@ struct EngineTiming {
   std::chrono::milliseconds heap_wait{10'000};  ///< longest wait for heap ring space
   std::chrono::milliseconds idle_tick{200};     ///< scheduler's liveness-check period
   std::chrono::milliseconds task_timeout{0};    ///< default task deadline; 0 = none
-  std::chrono::milliseconds run_timeout{0};     ///< default run deadline; 0 = none
 };
 
 /// Per-run state: the first error and the cancellation flag.

@@ -28,6 +28,10 @@ void unmap_region(void* base, std::size_t bytes) noexcept;
 std::vector<std::pair<std::uintptr_t, std::uintptr_t>> shared_mappings();
 /// The parser behind it, over the text of a maps file (lines it cannot read are skipped).
 std::vector<std::pair<std::uintptr_t, std::uintptr_t>> parse_shared_mappings(std::string_view maps);
+/// The range of `ranges` (sorted, disjoint) that holds `addr`, or nullptr.
+const std::pair<std::uintptr_t, std::uintptr_t>* mapping_holding(
+    const std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& ranges,
+    std::uintptr_t addr) noexcept;
 
 inline constexpr std::size_t kHeapAlign = 1024;
 inline constexpr int kHeapRingCount = 4;

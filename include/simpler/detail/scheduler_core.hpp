@@ -35,7 +35,6 @@ class SchedulerCore {
   void take_done();
   void became_ready(Slot& s);
   void route(Slot& s);
-  void finish(Slot& s, Outcome o);
   void drain_worklist();
   void dispatch(RoleQueues& q);
   bool skip_if_cancelled(Slot& s);
@@ -46,8 +45,8 @@ class SchedulerCore {
   /// Abandons a watched lane whose task overran; fails and cancels a run past its deadline.
   void check_deadlines(std::chrono::steady_clock::time_point now);
   void abandon(LaneCore& lane);
-  void collect_posted(LaneCore& lane, bool first_running);
   void collect_results(LaneCore& lane);
+  void end_member(Slot& s, Outcome o);
   [[nodiscard]] bool has_queued_work() const noexcept;
   void post(LaneCore& lane, Slot& s, std::uint32_t member);
   void publish_posts();

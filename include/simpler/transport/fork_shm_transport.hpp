@@ -188,10 +188,7 @@ struct ForkShmTransport {
           return Outcome::EndpointFailure;
         }
         if (std::chrono::steady_clock::now() >= r.deadline) {
-          const pid_t pid = pid_;
-          detail::kill_and_reap(pid);
-          pid_ = -1;
-          death_ = "was killed when its task passed its deadline";
+          const pid_t pid = kill_child("was killed when its task passed its deadline");
           set(error, fmt::format("the task did not finish within {}; its child process (pid {}) "
                                  "was killed and this worker is lost",
                                  detail::describe_deadline(r), pid));
@@ -229,10 +226,7 @@ struct ForkShmTransport {
           throw TransportError(fmt::format("control: the child {} before answering", death_));
         }
         if (std::chrono::steady_clock::now() >= deadline) {
-          const pid_t pid = pid_;
-          detail::kill_and_reap(pid);
-          pid_ = -1;
-          death_ = "was killed when a control command passed its deadline";
+          const pid_t pid = kill_child("was killed when a control command passed its deadline");
           throw TransportError(fmt::format(
               "control command {} got no answer within {} ms; the child (pid {}) was killed",
               command, kControlDeadline.count(), pid));
@@ -354,6 +348,16 @@ struct ForkShmTransport {
     }
 
     void write_error(const char* what) noexcept { detail::write_frame_error(*box_, what); }
+
+    /// Kills and reaps a child that must not go on; the endpoint is dead from now on. Returns
+    /// the pid it had, for messages.
+    pid_t kill_child(const char* why) noexcept {
+      const pid_t pid = pid_;
+      detail::kill_and_reap(pid);
+      pid_ = -1;
+      set(death_, why);
+      return pid;
+    }
 
     static void set(std::string& out, std::string text) noexcept {
       try {
