@@ -210,6 +210,17 @@ TEST_CASE("device bounds: a run tensor whose byte size overflows is refused befo
   check_usable(d);
 }
 
+TEST_CASE("device bounds: a run tensor with more than five dimensions is refused, not read past",
+          "[device][bounds]") {
+  ProgramDevice d;
+  std::vector<std::uint8_t> mem(16);
+  simpler_tensor t = simpler_test::host_bytes(mem);
+  t.ndims = 9;  // shapes[] holds five extents: the message must not read a sixth
+  REQUIRE(d.run({}, nullptr, {t}) == SIMPLER_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(d.error(), Catch::Contains("run tensor 1") && Catch::Contains("invalid"));
+  check_usable(d);
+}
+
 TEST_CASE("device bounds: a heap ring size that wraps when rounded up is refused",
           "[device][bounds]") {
   ProgramDevice d;

@@ -338,14 +338,11 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
     // Orchestrations compute views and reads of run tensors from their size: it must not wrap.
     std::uint64_t bytes = 0;
     if (!tensor_bytes(c, bytes) || !fits(c.addr, bytes)) {
-      std::string shape;
-      for (std::uint32_t d = 0; d < t.ndims; ++d)
-        shape += fmt::format("{}{}", d == 0 ? "" : ", ", t.shapes[d]);
       return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("run tensor {} (shape [{}], dtype {}) is more than "
-                              "SIMPLER_MAX_TENSOR_BYTES ({}) bytes or runs past the end of the "
+                  fmt::format("run tensor {} (shape {}) is invalid, more than "
+                              "SIMPLER_MAX_TENSOR_BYTES ({}) bytes, or runs past the end of the "
                               "address space",
-                              i, shape, t.dtype, SIMPLER_MAX_TENSOR_BYTES));
+                              i, shape_text(t.shapes, t.ndims, t.dtype), SIMPLER_MAX_TENSOR_BYTES));
     }
   }
   int threads = default_aicpu_threads;

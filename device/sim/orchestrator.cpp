@@ -46,14 +46,6 @@ std::string task_name(std::uint64_t id) {
   return fmt::format("task {}:{}", ring_of(id), local_of(id));
 }
 
-/// "[a, b, c] of dtype d" for a message about a tensor's size.
-std::string shape_text(const std::uint32_t* shapes, std::uint32_t ndims, std::uint8_t dtype) {
-  std::string s = "[";
-  for (std::uint32_t i = 0; i < ndims && i < 5; ++i)
-    s += fmt::format("{}{}", i == 0 ? "" : ", ", shapes[i]);
-  return s + fmt::format("] of dtype {}", dtype);
-}
-
 const char* shape_name(Shape s) noexcept {
   switch (s) {
     case Shape::Aic:
@@ -75,6 +67,13 @@ bool overlaps(std::uint64_t b1, std::uint64_t e1, std::uint64_t b2, std::uint64_
 }
 
 }  // namespace
+
+std::string shape_text(const std::uint32_t* shapes, std::uint32_t ndims, std::uint8_t dtype) {
+  std::string s = "[";
+  for (std::uint32_t i = 0; i < ndims && i < 5; ++i)  // ndims may be invalid: never past 5
+    s += fmt::format("{}{}", i == 0 ? "" : ", ", shapes[i]);
+  return s + fmt::format("] of dtype {}", dtype);
+}
 
 bool Context::created_in_run(std::uint64_t id) const noexcept {
   const std::uint32_t ring = ring_of(id);
@@ -667,7 +666,7 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
                         nth, i));
       return SIMPLER_INVALID_TASK_ID;
     }
-    if (!fits(t.offset, bytes) || !fits(t.addr, t.offset + bytes)) {
+    if (!view_fits(t, bytes)) {
       latch(SIMPLER_ERR_INVALID_TASK_ARGS,
             fmt::format("submit #{}: tensor {} is a view of {} bytes at offset {} of buffer {:#x}: "
                         "its end wraps past 2^64 (a negative or corrupt offset?)",
@@ -906,7 +905,7 @@ int Context::read_tensor(const simpler_chip_tensor* t, std::uint64_t off, void* 
   if (t->addr == 0) return refuse("the tensor has no buffer (addr 0)");
   // Each comparison is made so that it cannot overflow: a sum that wraps would let a huge
   // offset pass and read before the buffer.
-  if (!fits(t->offset, bytes) || !fits(t->addr, t->offset + bytes)) {
+  if (!view_fits(*t, bytes)) {
     return refuse(fmt::format("the view of {} bytes at offset {} of buffer {:#x} wraps past 2^64",
                               bytes, t->offset, t->addr));
   }

@@ -89,6 +89,14 @@ struct Sizing {
   return begin <= ~std::uint64_t{0} - n;
 }
 
+/// True when the view `t` of `bytes` bytes (offset + bytes from addr) does not wrap past 2^64.
+[[nodiscard]] inline bool view_fits(const simpler_chip_tensor& t, std::uint64_t bytes) noexcept {
+  return fits(t.offset, bytes) && fits(t.addr, t.offset + bytes);
+}
+
+/// "[a, b, c] of dtype d" for a message about a tensor's size (at most 5 extents are read).
+std::string shape_text(const std::uint32_t* shapes, std::uint32_t ndims, std::uint8_t dtype);
+
 // ---- task memory ----------------------------------------------------------------------------
 
 enum SlotStateValue : std::uint32_t { kSlotPending = 0, kSlotCompleted = 1, kSlotConsumed = 2 };
