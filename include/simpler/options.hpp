@@ -41,6 +41,7 @@ struct WorkerOptions {
   /// EndpointFailure naming the callable, the worker and the deadline: a forked child is killed
   /// and its lane is lost; a thread child cannot be stopped, so its lane is lost and its thread
   /// abandoned (it may keep running; close() still returns). The rest of the Worker works on.
+  /// Timeouts are whole milliseconds; one past ~49.7 days is cut to that (as good as none).
   std::chrono::milliseconds task_timeout{0};
   /// Deadline of every run() from its start; 0 = none (the default). The CallConfig given to
   /// run() overrides it (CallConfig::timeout). At the deadline run() fails with a TimeoutError:
