@@ -257,11 +257,12 @@ struct EngineCore {
   const CallableRegistry* registry = nullptr;  ///< for naming callables in messages
   /// The current run's deadline on the steady clock (ns), 0 = none. Written by the run's thread
   /// before its first submit and after its fence (relaxed: the inbox hand-off orders it). Read
-  /// per task, so it sits with the read-mostly fields, away from the hand-off words.
-  std::atomic<std::int64_t> run_deadline_ns{0};
+  /// per task by every engine thread, so it has a cache line of its own: nothing written per
+  /// task (the slot pool's counters, the hand-off stacks) may share it.
+  alignas(64) std::atomic<std::int64_t> run_deadline_ns{0};
   /// Its length, for messages (relaxed: read only for messages, by any engine thread).
   std::atomic<std::uint32_t> run_timeout_ms{0};
-  SlotPool pool;
+  alignas(64) SlotPool pool;
   RunState run;
 
   SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: slots whose producers are all done
