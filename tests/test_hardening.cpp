@@ -128,8 +128,8 @@ TEMPLATE_TEST_CASE("run() from inside a sub callable is refused, never hangs",
 
 TEST_CASE("run() and close() from another thread during a run are refused",
           "[hardening][reentrant]") {
+  Gate release;  // outlives the Worker, whose lane thread last waited on it
   Worker w(thread_options(1));
-  Gate release;
   auto wait = w.register_sub("wait", [&](TaskArgsView) { release.wait(); });
   w.init();
   std::string run_err;
@@ -473,8 +473,8 @@ namespace {
 /// still running (so waiting for them is not hopeless), and returns the TimeoutError's text.
 std::string held_ring_timeout(WorkerOptions opts) {
   opts.heap_ring_size = 64 * 1024;
+  Gate hold;  // outlives the Worker, whose lane thread last waited on it
   Worker w(opts);
-  Gate hold;
   auto holds = w.register_sub("holds", [&](TaskArgsView) { hold.wait(20s); });
   w.init();
   std::string err;
