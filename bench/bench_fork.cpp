@@ -468,7 +468,7 @@ class MailboxOnly {
   void round_trip() {
     const simpler::Outcome r = ep_.execute(request_, error_);
     if (r != simpler::Outcome::Success) {
-      fail(fmt::format("mailbox: execute returned outcome {} ({})", static_cast<int>(r), error_));
+      fail(fmt::format("mailbox: execute returned outcome {} ({})", static_cast<int>(r), error_.message));
     }
   }
 
@@ -481,7 +481,7 @@ class MailboxOnly {
       const simpler::Outcome o = ep_.execute(r, error_);
       if (o != simpler::Outcome::Success) {
         fail(fmt::format("mailbox: execute of the counting task returned outcome {} ({})",
-                         static_cast<int>(o), error_));
+                         static_cast<int>(o), error_.message));
       }
     }
     const auto got = counter->n.load(std::memory_order_seq_cst);
@@ -498,7 +498,7 @@ class MailboxOnly {
   CallableHandle count_;
   simpler::TaskArgs args_;
   simpler::LeafRequest request_;
-  std::string error_;
+  simpler::Fault error_;
 };
 
 // ------------------------------------------------------------------------------------------

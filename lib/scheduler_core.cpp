@@ -213,7 +213,7 @@ void SchedulerCore::collect_results(LaneCore& l) {
     }
     if (r.completed_by_lane) continue;  // the lane already completed it (a single task)
     if (r.outcome == Outcome::TaskFailure || r.outcome == Outcome::EndpointFailure) {
-      core_.fail_run(r.outcome, l.name, r.callable, r.message);
+      core_.fail_run(r.outcome, l.name, r.callable, r.fault.message, r.fault.kind, r.fault.code);
     }
     end_member(s, r.outcome);
   }

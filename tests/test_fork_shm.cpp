@@ -54,18 +54,18 @@ TEST_CASE("a forked sub worker runs tasks and reports their failures", "[fork-sh
   TaskArgs a;
   a.add_scalar(1);
   LeafRequest r{f.echo.digest, f.echo.index, a.view(), &default_call_config()};
-  std::string err;
+  Fault err;
   CHECK(ep.execute(r, err) == Outcome::Success);
   TaskArgs bad;
   bad.add_scalar(13);
   r.args = bad.view();
   CHECK(ep.execute(r, err) == Outcome::TaskFailure);
-  CHECK(err == "unlucky");
+  CHECK(err.message == "unlucky");
   // An unknown digest is a task failure with a clear message, not a crash.
   r.digest = 0x1234;
   r.index_hint = 77;
   CHECK(ep.execute(r, err) == Outcome::TaskFailure);
-  CHECK_THAT(err, Contains("no sub callable with digest 0x0000000000001234"));
+  CHECK_THAT(err.message, Contains("no sub callable with digest 0x0000000000001234"));
   // And the child is still there to run the next task.
   r.digest = f.echo.digest;
   r.args = a.view();
@@ -81,13 +81,13 @@ TEST_CASE("an endpoint enforces a task's deadline and leaves a late task unsent"
   const auto hang = f.registry.add(CallableKind::Sub, "hangs", [](TaskArgsView) { ::pause(); }, {});
   ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
   ep.launch();
-  std::string err;
+  Fault err;
   // A deadline that passed before the task was sent: not sent, and the child stays usable.
   LeafRequest late{f.echo.digest, f.echo.index, TaskArgsView{}, &default_call_config()};
   late.deadline = std::chrono::steady_clock::now() - std::chrono::milliseconds(1);
   late.deadline_ms = 5;
   CHECK(ep.execute(late, err) == Outcome::EndpointFailure);
-  CHECK_THAT(err, Contains("its deadline of 5 ms") && Contains("not sent"));
+  CHECK_THAT(err.message, Contains("its deadline of 5 ms") && Contains("not sent"));
   CHECK(ep.alive());
   // A task that overruns: the child is killed and the endpoint is dead.
   LeafRequest slow{hang.digest, hang.index, TaskArgsView{}, &default_call_config()};
@@ -95,7 +95,7 @@ TEST_CASE("an endpoint enforces a task's deadline and leaves a late task unsent"
   slow.deadline_ms = 50;
   const pid_t pid = ep.pid();
   CHECK(ep.execute(slow, err) == Outcome::EndpointFailure);
-  CHECK_THAT(err, Contains("did not finish within its deadline of 50 ms") &&
+  CHECK_THAT(err.message, Contains("did not finish within its deadline of 50 ms") &&
                       Contains(std::to_string(pid)) && Contains("killed"));
   CHECK_FALSE(ep.alive());
   CHECK_THAT(ep.death(), Contains("deadline"));
@@ -125,9 +125,9 @@ TEST_CASE("an args blob larger than the mailbox fails that task only", "[fork-sh
   TaskArgs big;
   for (int i = 0; i < 2000; ++i) big.add_tensor(make_tensor(x.data(), {1}, DataType::Int64));
   LeafRequest r{f.echo.digest, f.echo.index, big.view(), &default_call_config()};
-  std::string err;
+  Fault err;
   CHECK(ep.execute(r, err) == Outcome::TaskFailure);
-  CHECK_THAT(err, Contains("exceeds the mailbox capacity"));
+  CHECK_THAT(err.message, Contains("exceeds the mailbox capacity"));
   TaskArgs small;
   r.args = small.view();
   CHECK(ep.execute(r, err) == Outcome::Success);  // the lane stays usable
@@ -242,7 +242,7 @@ TEST_CASE("the control channel answers between tasks and rejects unknown command
   // Still serving tasks and commands afterwards.
   TaskArgs a;
   LeafRequest r{f.echo.digest, f.echo.index, a.view(), &default_call_config()};
-  std::string err;
+  Fault err;
   CHECK(ep.execute(r, err) == Outcome::Success);
   CHECK(ep.control(static_cast<std::uint64_t>(detail::ControlCommand::Ping), 1) == 2);
 }

@@ -130,7 +130,7 @@ class WorkerThread : public detail::LaneCore {
   /// cancelled); every other ready successor goes to the scheduler's inbox.
   detail::Slot* complete_here(detail::Slot& s, const Result& r) noexcept {
     if (r.outcome == Outcome::TaskFailure || r.outcome == Outcome::EndpointFailure) {
-      core_.fail_run(r.outcome, name, r.callable, r.message);
+      core_.fail_run(r.outcome, name, r.callable, r.fault.message, r.fault.kind, r.fault.code);
     }
     detail::Slot* keep = nullptr;
     bool handed_over = false;
@@ -183,7 +183,7 @@ class WorkerThread : public detail::LaneCore {
       // Only ring entries carry a deadline here (runnable_here keeps the others off this lane).
       if constexpr (!EnforcesDeadlines<T>) word = arm_watch(r);
     }
-    out.outcome = endpoint_.execute(r, out.message);
+    out.outcome = endpoint_.execute(r, out.fault);
     if constexpr (!EnforcesDeadlines<T>) {
       if (word != 0) {
         std::uint64_t expected = word;

@@ -107,7 +107,7 @@ struct LaneCore {
   };
   struct Result {
     Outcome outcome = Outcome::Success;
-    std::string message;             ///< failure text (buffer reused)
+    Fault fault;                     ///< what failed (message buffer reused)
     std::string callable;            ///< failing callable's name
     bool completed_by_lane = false;  ///< the lane completed the task itself (singles)
   };
@@ -326,9 +326,11 @@ struct EngineCore {
 
   /// Records a failed task as the run's error (the first one wins). Any thread.
   void fail_run(Outcome outcome, const std::string& worker, const std::string& callable,
-                const std::string& message) noexcept {
+                const std::string& message, ErrorKind kind = ErrorKind::Other,
+                std::int32_t code = 0) noexcept {
     try {
-      run.fail(std::make_exception_ptr(TaskError(outcome, level, worker, callable, message)));
+      run.fail(std::make_exception_ptr(
+          TaskError(outcome, level, worker, callable, message, kind, code)));
     } catch (...) {
       // Building the error ran out of memory: still fail the run, with what we have.
       run.fail(std::current_exception());

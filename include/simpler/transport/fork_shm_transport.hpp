@@ -147,20 +147,20 @@ struct ForkShmTransport {
       }
     }
 
-    Outcome execute(const LeafRequest& r, std::string& error) noexcept {
+    Outcome execute(const LeafRequest& r, Fault& fault) noexcept {
       if (pid_ < 0) {
-        set(error, fmt::format("its child process is gone ({})", death_));
+        fault.set(ErrorKind::Transport, 0, fmt::format("its child process is gone ({})", death_));
         return Outcome::EndpointFailure;
       }
       if (r.deadline != std::chrono::steady_clock::time_point::max() &&
           std::chrono::steady_clock::now() >= r.deadline) {
-        set(error, fmt::format("{} passed before the task could start; it was not sent",
+        fault.set(ErrorKind::Timeout, 0, fmt::format("{} passed before the task could start; it was not sent",
                                detail::describe_deadline(r)));
         return Outcome::EndpointFailure;  // the child is idle and healthy
       }
       const std::size_t need = args_blob_size(r.args);
       if (need > detail::kMailboxBlobCapacity) {
-        set(error, fmt::format("args blob of {} bytes exceeds the mailbox capacity of {} bytes "
+        fault.set(ErrorKind::Usage, 0, fmt::format("args blob of {} bytes exceeds the mailbox capacity of {} bytes "
                                "({} tensors, {} scalars); pass fewer arguments",
                                need, detail::kMailboxBlobCapacity, r.args.tensor_count,
                                r.args.scalar_count));
@@ -184,12 +184,12 @@ struct ForkShmTransport {
         if (auto how = detail::poll_exit(pid_)) {
           pid_ = -1;
           death_ = *how;
-          set(error, fmt::format("its child process {} while running the task", death_));
+          fault.set(ErrorKind::Transport, 0, fmt::format("its child process {} while running the task", death_));
           return Outcome::EndpointFailure;
         }
         if (std::chrono::steady_clock::now() >= r.deadline) {
           const pid_t pid = kill_child("was killed when its task passed its deadline");
-          set(error, fmt::format("the task did not finish within {}; its child process (pid {}) "
+          fault.set(ErrorKind::Timeout, 0, fmt::format("the task did not finish within {}; its child process (pid {}) "
                                  "was killed and this worker is lost",
                                  detail::describe_deadline(r), pid));
           return Outcome::EndpointFailure;
@@ -197,7 +197,8 @@ struct ForkShmTransport {
       }
       const bool ok = box_->error == 0;
       if (!ok)
-        set(error, std::string(box_->message, ::strnlen(box_->message, sizeof(box_->message))));
+        fault.set(ErrorKind::Other, 0,
+                  std::string(box_->message, ::strnlen(box_->message, sizeof(box_->message))));
       box_->state.store(detail::MailboxState::Ready, std::memory_order_relaxed);
       return ok ? Outcome::Success : Outcome::TaskFailure;
     }

@@ -10,7 +10,7 @@ namespace simpler {
 
 struct ThreadTransport {
   /// Calls the leaf directly. An exception from the leaf becomes a TaskFailure carrying its
-  /// message; it never leaves the lane thread.
+  /// kind, code and message (a Fault); it never leaves the lane thread.
   template <class L>
   class Endpoint {
    public:
@@ -22,14 +22,12 @@ struct ThreadTransport {
         started_ = true;
       }
     }
-    Outcome execute(const LeafRequest& request, std::string& error) noexcept {
+    Outcome execute(const LeafRequest& request, Fault& fault) noexcept {
       try {
         leaf_->run(request);
         return Outcome::Success;
-      } catch (const std::exception& e) {
-        assign(error, e.what());
       } catch (...) {
-        assign(error, "a non-std::exception was thrown");
+        fault_from_current_exception(fault);
       }
       return Outcome::TaskFailure;
     }
@@ -41,13 +39,6 @@ struct ThreadTransport {
     }
 
    private:
-    static void assign(std::string& out, const char* text) noexcept {
-      try {
-        out = text;
-      } catch (...) {
-        out.clear();  // out of memory: the outcome still says it failed
-      }
-    }
     L* leaf_;
     bool started_ = false;
   };

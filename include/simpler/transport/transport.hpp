@@ -27,11 +27,11 @@ concept Launches = requires(E& e) {
   e.launch();
 };
 
-/// Runs one task to its end and says how it ended, filling `error` on failure. Never throws:
+/// Runs one task to its end and says how it ended, filling `fault` on failure. Never throws:
 /// every way a dispatch can end is an Outcome.
 template <class E>
-concept Executes = requires(E& e, const LeafRequest& request, std::string& error) {
-  { e.execute(request, error) }
+concept Executes = requires(E& e, const LeafRequest& request, Fault& fault) {
+  { e.execute(request, fault) }
   noexcept->std::same_as<Outcome>;
 };
 
