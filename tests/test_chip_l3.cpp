@@ -140,8 +140,7 @@ TEMPLATE_TEST_CASE("a chip child whose device runtime fails to start makes init(
 }
 
 TEMPLATE_TEST_CASE(
-    "a chip handle sent to a nested Worker, or an orch handle sent to a chip, "
-    "fails that task",
+    "a chip handle directed at a nested Worker, or an orch handle at a chip, is refused at submit",
     "[chip][l3][failure]", InThreads, InProcesses) {
   FakeRuntime fake("fake");
   WorkerOptions o = chip_options<TestType>({0}, 0);
@@ -156,14 +155,47 @@ TEMPLATE_TEST_CASE(
       orc.submit_next_level(h, TaskArgs{}, default_call_config(), worker);
     });
   };
-  CHECK_THROWS_MATCHES(submit_to(chip, 1), TaskError,
-                       WhatContains("'fill' is a chip callable; a nested Worker runs only "
-                                    "orchestration functions"));
-  CHECK_THROWS_MATCHES(submit_to(orch, 0), TaskError,
-                       WhatContains("chip 0: callable 'inner' failed") &&
-                           WhatContains("'inner' is not a chip callable"));
+  CHECK_THROWS_MATCHES(submit_to(chip, 1), UsageError,
+                       WhatContains("next-level worker 1 ('next-level worker 1 (L3)') cannot run "
+                                    "'fill', a chip callable"));
+  CHECK_THROWS_MATCHES(submit_to(orch, 0), UsageError,
+                       WhatContains("next-level worker 0 ('chip 0') cannot run 'inner', a orch "
+                                    "callable"));
   submit_to(orch, 1);  // both still work
   submit_to(chip, 0);
+  w.close();
+}
+
+TEMPLATE_TEST_CASE("in a mixed pool, any_worker routes chip callables to chips and orchestration "
+                   "functions to nested Workers",
+                   "[chip][l3][routing]", InThreads, InProcesses) {
+  FakeRuntime fake("fake");
+  WorkerOptions o = chip_options<TestType>({0, 1}, 0);
+  o.chip.device_runtime = fake.path();
+  Worker w(o);
+  CHECK(w.add_worker(Worker(options_for<TestType>(0))) == 2);
+  CHECK(w.add_worker(Worker(options_for<TestType>(0))) == 3);
+  const auto chip = w.register_chip(chipw_callable("fill", "fill"));
+  const auto orch = w.register_orch("inner", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  w.init();
+  // Interleaved, many more than the lanes hold: before routing knew what each lane runs, about
+  // half of these landed on a lane that could not run them and failed the run.
+  w.run([&](Orchestrator& orc, TaskArgsView, const CallConfig&) {
+    for (int i = 0; i < 64; ++i) {
+      orc.submit_next_level(i % 2 == 0 ? chip : orch, TaskArgs{});
+    }
+  });
+  // A group of chip members with no named workers takes the chips, never a nested Worker.
+  w.run([&](Orchestrator& orc, TaskArgsView, const CallConfig&) {
+    orc.submit_next_level_group(chip, std::vector<TaskArgs>(2));
+  });
+  // Three chip members cannot be placed on two chips, whatever the pool's size.
+  CHECK_THROWS_MATCHES(w.run([&](Orchestrator& orc, TaskArgsView, const CallConfig&) {
+    orc.submit_next_level_group(chip, std::vector<TaskArgs>(3));
+  }),
+                       UsageError,
+                       WhatContains("a group of 3 members needs as many next-level workers that "
+                                    "run chip callables, this Worker has 2"));
   w.close();
 }
 

@@ -18,13 +18,13 @@ struct Fixture {
     count = w.register_sub("count", [this](TaskArgsView) { ++ran; });
     w.add_next_level(RecordingLeaf(log, 0));
     w.add_next_level(RecordingLeaf(log, 1));
-    orch_fn = w.register_orch("nested", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+    orch_fn = w.register_orch("nested", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
     w.init();
   }
   /// Proves the Worker still works: a run of five tasks completes.
   void still_works() {
     ran = 0;
-    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
       for (int i = 0; i < 5; ++i) o.submit_sub(count);
     });
     REQUIRE(ran == 5);
@@ -35,7 +35,7 @@ struct Fixture {
   std::string usage_error_in_run(F f) {
     std::string msg;
     try {
-      w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { f(o); });
+      w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { f(o); });
     } catch (const UsageError& e) {
       msg = e.what();
     }
@@ -53,8 +53,8 @@ struct Fixture {
 
 TEST_CASE("submitting outside run is rejected", "[engine][bad-input]") {
   Fixture f;
-  Orchestrator* kept = nullptr;
-  f.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { kept = &o; });
+  OrchestratorBase* kept = nullptr;
+  f.w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { kept = &o; });
   REQUIRE_THROWS_WITH(kept->submit_sub(f.count), Contains("outside Worker::run"));
   REQUIRE_THROWS_WITH(kept->alloc({4}, DataType::Float32), Contains("outside Worker::run"));
   REQUIRE_THROWS_WITH(kept->scope_begin(), Contains("outside Worker::run"));
@@ -65,42 +65,42 @@ TEST_CASE("unknown and foreign callable handles are rejected", "[engine][bad-inp
   Fixture f;
   Worker other(thread_options(1));
   const auto foreign = other.register_sub("count", [](TaskArgsView) {});
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_sub(CallableHandle{}); }),
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) { o.submit_sub(CallableHandle{}); }),
              Contains("default-constructed"));
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_sub(foreign); }),
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) { o.submit_sub(foreign); }),
              Contains("another Worker"));
   CallableHandle forged = f.count;
   forged.index = 99;
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_sub(forged); }),
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) { o.submit_sub(forged); }),
              Contains("not registered"));
   // Kind mismatches name the right call.
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_sub(f.orch_fn); }),
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) { o.submit_sub(f.orch_fn); }),
              Contains("register_sub"));
   CHECK_THAT(
-      f.usage_error_in_run([&](Orchestrator& o) { o.submit_next_level(f.count, TaskArgs()); }),
+      f.usage_error_in_run([&](OrchestratorBase& o) { o.submit_next_level(f.count, TaskArgs()); }),
       Contains("submit_sub"));
   f.still_works();
 }
 
 TEST_CASE("worker ids and groups are validated", "[engine][bad-input][group]") {
   Fixture f;
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) {
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) {
     o.submit_next_level(f.orch_fn, TaskArgs(), default_call_config(), 2);
   }),
              Contains("worker id 2 does not exist"));
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.submit_sub(f.count, TaskArgs(), 7); }),
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) { o.submit_sub(f.count, TaskArgs(), 7); }),
              Contains("sub worker id 7 does not exist"));
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) {
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) {
     o.submit_next_level_group(f.orch_fn, std::vector<TaskArgs>(2), default_call_config(), {1, 1});
   }),
              Contains("appears twice"));
   CHECK_THAT(
-      f.usage_error_in_run([&](Orchestrator& o) { o.submit_next_level_group(f.orch_fn, {}); }),
+      f.usage_error_in_run([&](OrchestratorBase& o) { o.submit_next_level_group(f.orch_fn, {}); }),
       Contains("at least one member"));
   CHECK_THAT(f.usage_error_in_run(
-                 [&](Orchestrator& o) { o.submit_sub_group(f.count, std::vector<TaskArgs>(3)); }),
+                 [&](OrchestratorBase& o) { o.submit_sub_group(f.count, std::vector<TaskArgs>(3)); }),
              Contains("needs as many sub workers"));
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) {
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) {
     o.submit_next_level_group(f.orch_fn, std::vector<TaskArgs>(2), default_call_config(), {0});
   }),
              Contains("1 workers given for 2 members"));
@@ -128,14 +128,14 @@ TEST_CASE("malformed tensors and argument orders are rejected", "[engine][bad-in
 
 TEST_CASE("scope misuse is rejected", "[engine][bad-input][scope]") {
   Fixture f;
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) { o.scope_end(); }),
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) { o.scope_end(); }),
              Contains("without scope_begin"));
-  CHECK_THAT(f.usage_error_in_run([&](Orchestrator& o) {
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) {
     for (int i = 0; i < 100; ++i) o.scope_begin();
   }),
              Contains("at most 64"));
   // 63 user scopes on top of the run's own are fine.
-  f.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  f.w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     for (int i = 0; i < 63; ++i) o.scope_begin();
     CHECK(o.scope_depth() == 64);
     o.submit_sub(f.count);
@@ -143,7 +143,7 @@ TEST_CASE("scope misuse is rejected", "[engine][bad-input][scope]") {
   });
   // Leaving a scope open is reported after the run drained.
   CHECK_THROWS_WITH(
-      f.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.scope_begin(); }),
+      f.w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { o.scope_begin(); }),
       Contains("left 1 scope(s) open"));
   f.still_works();
 }
@@ -159,15 +159,15 @@ TEST_CASE("heap ring limits are enforced with a deadline", "[engine][bad-input][
   auto run_error = [&](auto f) {
     std::string msg;
     try {
-      w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { f(o); });
+      w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { f(o); });
     } catch (const Error& e) {
       msg = e.what();
     }
     return msg;
   };
-  CHECK_THAT(run_error([](Orchestrator& o) { o.alloc({100 * 1024}, DataType::UInt8); }),
+  CHECK_THAT(run_error([](OrchestratorBase& o) { o.alloc({100 * 1024}, DataType::UInt8); }),
              Contains("raise WorkerOptions::heap_ring_size"));
-  CHECK_THAT(run_error([&](Orchestrator& o) {
+  CHECK_THAT(run_error([&](OrchestratorBase& o) {
                o.submit_sub(count,
                             TaskArgs().add_tensor(make_tensor(nullptr, {1 << 20}, DataType::UInt8),
                                                   TensorArgType::Output));
@@ -177,7 +177,7 @@ TEST_CASE("heap ring limits are enforced with a deadline", "[engine][bad-input][
   // could free the ring, so a full ring fails at once (test_hardening.cpp has more).
   std::string full;
   try {
-    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
       for (int i = 0; i < 1000; ++i) o.alloc({1024}, DataType::UInt8);
     });
   } catch (const UsageError& e) {
@@ -188,7 +188,7 @@ TEST_CASE("heap ring limits are enforced with a deadline", "[engine][bad-input][
   // heap_wait instead (test_hardening.cpp: "a heap-ring wait ends at its deadline ...").
   // Inner scopes use their own ring and reclaim: the same volume goes through.
   ran = 0;
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     for (int i = 0; i < 1000; ++i) {
       auto s = o.scope();
       const auto t = o.alloc({1024}, DataType::UInt8);
@@ -205,20 +205,20 @@ TEST_CASE("lifecycle misuse is rejected", "[engine][bad-input][lifecycle]") {
   CHECK_THROWS_WITH(f.w.add_next_level(RecordingLeaf(f.log, 9)), Contains("before init()"));
   CHECK_THROWS_WITH(f.w.register_sub("count", [](TaskArgsView) {}), Contains("already registered"));
   CHECK_THROWS_WITH(f.w.run({}), Contains("empty"));
-  CHECK_THROWS_WITH(f.w.run([&](Orchestrator&, TaskArgsView, const CallConfig&) { f.w.close(); }),
+  CHECK_THROWS_WITH(f.w.run([&](OrchestratorBase&, TaskArgsView, const CallConfig&) { f.w.close(); }),
                     Contains("inside a run"));
-  CHECK_THROWS_WITH(f.w.run([&](Orchestrator&, TaskArgsView, const CallConfig&) {
-    f.w.run([](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  CHECK_THROWS_WITH(f.w.run([&](OrchestratorBase&, TaskArgsView, const CallConfig&) {
+    f.w.run([](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   }),
                     Contains("re-entrant"));
   f.still_works();
   f.w.close();
   f.w.close();  // idempotent
-  CHECK_THROWS_WITH(f.w.run([](Orchestrator&, TaskArgsView, const CallConfig&) {}),
+  CHECK_THROWS_WITH(f.w.run([](OrchestratorBase&, TaskArgsView, const CallConfig&) {}),
                     Contains("closed"));
 
   Worker fresh(thread_options(1));
-  CHECK_THROWS_WITH(fresh.run([](Orchestrator&, TaskArgsView, const CallConfig&) {}),
+  CHECK_THROWS_WITH(fresh.run([](OrchestratorBase&, TaskArgsView, const CallConfig&) {}),
                     Contains("not initialised"));
   WorkerOptions neg = thread_options(-1);
   CHECK_THROWS_WITH(Worker(neg), Contains("num_sub_workers"));
@@ -229,11 +229,11 @@ TEST_CASE("a bad CallConfig is rejected at submit", "[engine][bad-input]") {
   CallConfig cfg;
   cfg.enable_pmu = 1;
   CHECK_THAT(f.usage_error_in_run(
-                 [&](Orchestrator& o) { o.submit_next_level(f.orch_fn, TaskArgs(), cfg, 0); }),
+                 [&](OrchestratorBase& o) { o.submit_next_level(f.orch_fn, TaskArgs(), cfg, 0); }),
              Contains("output_prefix"));
   cfg.enable_pmu = 0;
   cfg.block_dim = 24;
-  f.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  f.w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     o.submit_next_level(f.orch_fn, TaskArgs(), cfg, 1);
   });
   const auto e = f.log.entries();

@@ -137,10 +137,10 @@ TEST_CASE("a reader of a sub-view waits for the writer of the enclosing range on
         write_high, TaskArgs().add_tensor(view(256, 512), TensorArgType::OutputExisting));
     const auto mid = o.submit_sub(read_mid, TaskArgs().add_tensor(view(64, 128)));
     // The reader of [64,128) depends on the low writer only.
-    CHECK(o.state_of(mid.slot_id) == SlotState::Pending);
+    CHECK(o.state_of(mid.slot_id) == TaskState::Pending);
     // An opener that reads nothing runs at once and frees the low writer.
     o.submit_sub(opener);
-    CHECK(eventually([&] { return o.state_of(low.slot_id) != SlotState::Running; }));
+    CHECK(eventually([&] { return o.state_of(low.slot_id) != TaskState::Running; }));
     // Now the mid reader can run although the high writer still holds [256,512).
     CHECK(eventually([&] { return release_low.is_open(); }));
     CHECK(eventually([&] {
@@ -148,8 +148,8 @@ TEST_CASE("a reader of a sub-view waits for the writer of the enclosing range on
       return std::find(order.begin(), order.end(), "read_64_128") != order.end();
     }));
     const auto part = o.submit_sub(read_high_part, TaskArgs().add_tensor(view(300, 310)));
-    CHECK(o.state_of(part.slot_id) == SlotState::Pending);  // waits for the high writer
-    CHECK(o.state_of(high.slot_id) == SlotState::Running);
+    CHECK(o.state_of(part.slot_id) == TaskState::Pending);  // waits for the high writer
+    CHECK(o.state_of(high.slot_id) == TaskState::Running);
     release_high.open();
   });
   REQUIRE(order == std::vector<std::string>{"open_low", "write_low", "read_64_128", "write_high",

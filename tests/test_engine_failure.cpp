@@ -41,7 +41,7 @@ TEST_CASE("a throwing sub callable fails the run with its context", "[engine][fa
   std::int64_t z = 0;
   bool later_submit_threw = false;
   try {
-    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
       o.submit_sub(boom, TaskArgs().add_tensor(one(a), TensorArgType::OutputExisting));
       // Downstream cone: a -> b -> c, and a second reader of a.
       o.submit_sub(after,
@@ -87,7 +87,7 @@ TEST_CASE("a throwing sub callable fails the run with its context", "[engine][fa
   // The next run on the same Worker is clean.
   std::atomic<int> ok{0};
   auto count = w.register_sub("count", [&](TaskArgsView) { ++ok; });
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     for (int i = 0; i < 5; ++i)
       o.submit_sub(count, TaskArgs().add_tensor(one(a), TensorArgType::InOut));
   });
@@ -102,10 +102,10 @@ TEST_CASE("a consumer submitted after its producer failed is skipped", "[engine]
   w.init();
   std::int64_t x = 0;
   std::int64_t y = 0;
-  CHECK_THROWS_AS(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  CHECK_THROWS_AS(w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     const auto p = o.submit_sub(boom, TaskArgs().add_tensor(one(x), TensorArgType::OutputExisting));
     // Wait until the producer has failed, without submitting (which would throw).
-    REQUIRE(eventually([&] { return o.state_of(p.slot_id) == SlotState::Failed; }));
+    REQUIRE(eventually([&] { return o.state_of(p.slot_id) == TaskState::Failed; }));
     // The run is failed now: this submit throws before creating a task.
     o.submit_sub(after,
                  TaskArgs().add_tensor(one(x)).add_tensor(one(y), TensorArgType::OutputExisting));
@@ -118,7 +118,7 @@ TEST_CASE("a failed group member fails the group once every member ended",
           "[engine][failure][group]") {
   RecordLog log;
   TestWorker w(thread_options(1));
-  auto member = w.register_orch("member", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  auto member = w.register_orch("member", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   auto after =
       w.register_sub("after", [](TaskArgsView) { FAIL("a consumer of a failed group ran"); });
   w.add_next_level(RecordingLeaf(log, 0));
@@ -129,7 +129,7 @@ TEST_CASE("a failed group member fails the group once every member ended",
   });
   std::int64_t x = 0;
   try {
-    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
       std::vector<TaskArgs> members(2);
       members[0].add_tensor(one(x), TensorArgType::InOut).add_scalar(0);
       members[1].add_scalar(1);
@@ -148,7 +148,7 @@ TEST_CASE("an exception from the orchestration function cancels unstarted tasks"
           "[engine][failure]") {
   Worker w(thread_options(1));
   std::atomic<int> ran{0};
-  std::atomic<const Orchestrator*> orch{nullptr};
+  std::atomic<const OrchestratorBase*> orch{nullptr};
   // Holds the only lane until the run is cancelled, so every other task is still queued then.
   auto hold = w.register_sub("hold", [&](TaskArgsView) {
     REQUIRE(eventually([&] { return orch.load()->run_cancelled(); }));
@@ -158,7 +158,7 @@ TEST_CASE("an exception from the orchestration function cancels unstarted tasks"
   struct UserError : std::runtime_error {
     using std::runtime_error::runtime_error;
   };
-  CHECK_THROWS_AS(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  CHECK_THROWS_AS(w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     orch = &o;
     o.submit_sub(hold);
     for (int i = 0; i < 20; ++i) o.submit_sub(count);
@@ -169,7 +169,7 @@ TEST_CASE("an exception from the orchestration function cancels unstarted tasks"
   CHECK(ran == 0);
   CHECK(w.orchestrator().live_tasks() == 0);
   ran = 0;
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     for (int i = 0; i < 20; ++i) o.submit_sub(count);
   });
   CHECK(ran == 20);
@@ -181,7 +181,7 @@ TEST_CASE("a callable throwing a non-std exception fails its task with a message
   auto odd = w.register_sub("throws_an_int", [](TaskArgsView) { throw 42; });
   w.init();
   try {
-    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(odd); });
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { o.submit_sub(odd); });
     FAIL("run() did not throw");
   } catch (const TaskError& e) {
     CHECK(e.callable() == "throws_an_int");

@@ -30,10 +30,10 @@ constexpr std::uint64_t kManyTasks = 10'000'000;
 TEST_CASE("a directed next-level task runs on the worker it names", "[engine][scheduling]") {
   RecordLog log;
   TestWorker w(thread_options(1));
-  auto fn = w.register_orch("fn", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  auto fn = w.register_orch("fn", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   for (int i = 0; i < 3; ++i) CHECK(w.add_next_level(RecordingLeaf(log, i)) == i);
   w.init();
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     for (std::uint64_t i = 0; i < 30; ++i) {
       o.submit_next_level(fn, TaskArgs().add_scalar(i), default_call_config(),
                           static_cast<WorkerId>(i % 3));
@@ -47,14 +47,14 @@ TEST_CASE("a directed next-level task runs on the worker it names", "[engine][sc
 TEST_CASE("any-worker tasks spread over idle workers", "[engine][scheduling]") {
   RecordLog log;
   TestWorker w(thread_options(0));
-  auto fn = w.register_orch("fn", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  auto fn = w.register_orch("fn", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   w.add_next_level(RecordingLeaf(log, 0));
   w.add_next_level(RecordingLeaf(log, 1));
   w.init();
   // Each task waits until the other one is running: only two workers at once can finish this.
   Rendezvous both(2);
   log.on(fn.digest, [&](const LeafRequest&, int) { both.arrive_and_wait(); });
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     o.submit_next_level(fn, TaskArgs());
     o.submit_next_level(fn, TaskArgs());
   });
@@ -67,7 +67,7 @@ TEST_CASE("a group runs all its members at the same time on the workers it names
           "[engine][scheduling][group]") {
   RecordLog log;
   TestWorker w(thread_options(0));
-  auto fn = w.register_orch("fn", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  auto fn = w.register_orch("fn", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   for (int i = 0; i < 3; ++i) w.add_next_level(RecordingLeaf(log, i));
   w.init();
   Rendezvous members(2);
@@ -75,7 +75,7 @@ TEST_CASE("a group runs all its members at the same time on the workers it names
     if (r.args.scalar_count > 0 && r.args.scalar(0) < 2) members.arrive_and_wait();
   });
   std::int64_t x = 0;
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     std::vector<TaskArgs> args(2);
     args[0].add_tensor(make_tensor(&x, {1}, DataType::Int64), TensorArgType::InOut).add_scalar(0);
     args[1].add_scalar(1);
@@ -83,7 +83,7 @@ TEST_CASE("a group runs all its members at the same time on the workers it names
     // A consumer of the group waits for both members.
     const auto after = o.submit_next_level(
         fn, TaskArgs().add_tensor(make_tensor(&x, {1}, DataType::Int64)).add_scalar(9));
-    CHECK(o.state_of(after.slot_id) != SlotState::Completed);
+    CHECK(o.state_of(after.slot_id) != TaskState::Completed);
     (void)g;
   });
   const auto e = log.entries();
@@ -98,17 +98,17 @@ TEST_CASE("a group runs all its members at the same time on the workers it names
 TEST_CASE("a blocked group keeps its workers from later singles", "[engine][scheduling][group]") {
   RecordLog log;
   TestWorker w(thread_options(0));
-  auto hold = w.register_orch("hold", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
-  auto fn = w.register_orch("fn", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  auto hold = w.register_orch("hold", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
+  auto fn = w.register_orch("fn", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   w.add_next_level(RecordingLeaf(log, 0));
   w.add_next_level(RecordingLeaf(log, 1));
   w.init();
   Gate gate;
   log.on(hold.digest, [&](const LeafRequest&, int) { gate.wait(); });
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     const auto h = o.submit_next_level(hold, TaskArgs(), default_call_config(), 0);
     REQUIRE(
-        eventually([&] { return o.state_of(h.slot_id) == SlotState::Running; }));  // worker 0 busy
+        eventually([&] { return o.state_of(h.slot_id) == TaskState::Running; }));  // worker 0 busy
     o.submit_next_level_group(fn, std::vector<TaskArgs>(2), default_call_config(), {0, 1});
     o.submit_next_level(fn, TaskArgs().add_scalar(7), default_call_config(),
                         1);  // must not overtake
@@ -130,13 +130,13 @@ TEST_CASE("a blocked group keeps its workers from later singles", "[engine][sche
 TEST_CASE("a saturated next-level pool does not block sub tasks", "[engine][scheduling]") {
   RecordLog log;
   TestWorker w(thread_options(1));
-  auto hold = w.register_orch("hold", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  auto hold = w.register_orch("hold", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   Gate gate;
   auto opener = w.register_sub("open", [&](TaskArgsView) { gate.open(); });
   w.add_next_level(RecordingLeaf(log, 0));
   w.init();
   log.on(hold.digest, [&](const LeafRequest&, int) { gate.wait(); });
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     o.submit_next_level(hold, TaskArgs());
     o.submit_next_level(hold, TaskArgs());  // queued behind the first
     o.submit_sub(opener);                   // runs although every next-level worker is busy
@@ -155,7 +155,7 @@ TEST_CASE("a sub group runs on distinct sub workers at once", "[engine][scheduli
     members.insert(v.scalar(0));
   });
   w.init();
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     std::vector<TaskArgs> args(3);
     for (std::uint64_t i = 0; i < 3; ++i) args[i].add_scalar(i);
     o.submit_sub_group(fn, std::move(args));
@@ -173,7 +173,7 @@ TEST_CASE("ten million tasks in one run stay within the memory of live tasks", "
   std::vector<std::int64_t> bufs(64);
   std::uint32_t peak_capacity = 0;
   std::size_t peak_map = 0;
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     for (std::uint64_t i = 0; i < kManyTasks;) {
       auto scope = o.scope();
       for (int j = 0; j < 1000; ++j, ++i) {
@@ -202,7 +202,7 @@ TEST_CASE("an idle initialised Worker has every thread asleep", "[engine][idle]"
   Worker w(thread_options(2));
   auto fn = w.register_sub("noop", [](TaskArgsView) {});
   w.init();
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     for (int i = 0; i < 1000; ++i) o.submit_sub(fn);
   });
   // After the bounded spin every engine thread blocks in the kernel ('S'). A thread that kept
@@ -215,8 +215,8 @@ TEST_CASE("an idle initialised Worker has every thread asleep", "[engine][idle]"
 TEST_CASE("child memory is keyed per next-level worker", "[engine][scheduling][tensormap]") {
   RecordLog log;
   TestWorker w(thread_options(0));
-  auto hold = w.register_orch("hold", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
-  auto read = w.register_orch("read", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  auto hold = w.register_orch("hold", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
+  auto read = w.register_orch("read", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   w.add_next_level(RecordingLeaf(log, 0));
   w.add_next_level(RecordingLeaf(log, 1));
   w.init();
@@ -229,16 +229,16 @@ TEST_CASE("child memory is keyed per next-level worker", "[engine][scheduling][t
   dev.shapes[0] = 256;
   dev.dtype = DataType::Float32;
   dev.child_memory = 1;
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     o.submit_next_level(hold, TaskArgs().add_tensor(dev, TensorArgType::OutputExisting),
                         default_call_config(), 0);
     const auto other_chip =
         o.submit_next_level(read, TaskArgs().add_tensor(dev), default_call_config(), 1);
     const auto same_chip =
         o.submit_next_level(read, TaskArgs().add_tensor(dev), default_call_config(), 0);
-    CHECK(o.state_of(same_chip.slot_id) == SlotState::Pending);
+    CHECK(o.state_of(same_chip.slot_id) == TaskState::Pending);
     // The read on the other chip finishes while the write on chip 0 is still held.
-    CHECK(eventually([&] { return o.state_of(other_chip.slot_id) == SlotState::Completed; }));
+    CHECK(eventually([&] { return o.state_of(other_chip.slot_id) == TaskState::Completed; }));
     gate.open();
   });
   CHECK(log.size() == 3);
@@ -248,12 +248,12 @@ TEST_CASE("a next-level group without named workers runs on distinct idle worker
           "[engine][scheduling][group]") {
   RecordLog log;
   TestWorker w(thread_options(0));
-  auto fn = w.register_orch("fn", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  auto fn = w.register_orch("fn", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   for (int i = 0; i < 3; ++i) w.add_next_level(RecordingLeaf(log, i));
   w.init();
   Rendezvous all(3);
   log.on(fn.digest, [&](const LeafRequest&, int) { all.arrive_and_wait(); });
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     o.submit_next_level_group(fn, std::vector<TaskArgs>(3));
   });
   std::set<int> leaves;

@@ -87,7 +87,7 @@ TEMPLATE_TEST_CASE("an L4 runs orchestrations on two L3s that run sub tasks",
   }
   // The L3 orchestration: one sub task writing the tensor it was given.
   auto l3_orch =
-      w4.register_orch("l3_fill", [&](Orchestrator& o, TaskArgsView v, const CallConfig&) {
+      w4.register_orch("l3_fill", [&](OrchestratorBase& o, TaskArgsView v, const CallConfig&) {
         if (o.level() != 3) ++wrong_level;
         TaskArgs a;
         a.add_tensor(v.tensor(0), TensorArgType::OutputExisting).add_scalar(v.scalar(0));
@@ -97,7 +97,7 @@ TEMPLATE_TEST_CASE("an L4 runs orchestrations on two L3s that run sub tasks",
   w4.init();
   for (int rep = 0; rep < 3; ++rep) {
     out[0] = out[1] = 0;
-    w4.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    w4.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
       CHECK(o.level() == 4);
       for (int i = 0; i < 2; ++i) {
         TaskArgs a;
@@ -122,11 +122,11 @@ TEMPLATE_TEST_CASE("an error two levels down reaches the top with every level's 
                               [](TaskArgsView) { throw std::runtime_error("sentinel tripped"); });
   w4.add_worker(std::move(l3));
   auto l3_orch = w4.register_orch(
-      "l3_step", [boom](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(boom); });
-  auto l3_ok = w4.register_orch("l3_ok", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+      "l3_step", [boom](OrchestratorBase& o, TaskArgsView, const CallConfig&) { o.submit_sub(boom); });
+  auto l3_ok = w4.register_orch("l3_ok", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   w4.init();
   try {
-    w4.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    w4.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
       o.submit_next_level(l3_orch, TaskArgs());
     });
     FAIL("run() did not throw");
@@ -141,7 +141,7 @@ TEMPLATE_TEST_CASE("an error two levels down reaches the top with every level's 
     CHECK_THAT(what, Contains("sentinel tripped"));
   }
   // Both levels recover: the next run is clean.
-  CHECK_NOTHROW(w4.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  CHECK_NOTHROW(w4.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     o.submit_next_level(l3_ok, TaskArgs());
   }));
 }
@@ -157,19 +157,19 @@ TEMPLATE_TEST_CASE("an L5 over an L4 over an L3 runs the same engine at every le
   auto bump = l3.register_sub("bump", [&hits](TaskArgsView) { ++hits; });
   w4.add_worker(std::move(l3));
   auto l3_orch =
-      w4.register_orch("l3_bump", [bump](Orchestrator& o, TaskArgsView v, const CallConfig&) {
+      w4.register_orch("l3_bump", [bump](OrchestratorBase& o, TaskArgsView v, const CallConfig&) {
         for (std::uint64_t i = 0; i < v.scalar(0); ++i) o.submit_sub(bump);
       });
   w5.add_worker(std::move(w4));
   // The L4 orchestration is registered on the L5 (the parent of the L4).
   auto l4_orch =
-      w5.register_orch("l4_fan", [&, l3_orch](Orchestrator& o, TaskArgsView v, const CallConfig&) {
+      w5.register_orch("l4_fan", [&, l3_orch](OrchestratorBase& o, TaskArgsView v, const CallConfig&) {
         if (o.level() != 4) ++wrong_level;
         for (int i = 0; i < 3; ++i)
           o.submit_next_level(l3_orch, TaskArgs().add_scalar(v.scalar(0)));
       });
   w5.init();
-  w5.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w5.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     CHECK(o.level() == 5);
     o.submit_next_level(l4_orch, TaskArgs().add_scalar(4));
     o.submit_next_level(l4_orch, TaskArgs().add_scalar(1));
@@ -209,7 +209,7 @@ TEST_CASE("a child that fails during init makes init() throw and leaves no child
   CHECK_THROWS_WITH(w.init(), Contains("grandchild refused to start"));
   CHECK(child_count() == 0);  // the sub worker children that did start were reaped too
   // The Worker says so instead of half-working.
-  CHECK_THROWS_WITH(w.run([](Orchestrator&, TaskArgsView, const CallConfig&) {}),
+  CHECK_THROWS_WITH(w.run([](OrchestratorBase&, TaskArgsView, const CallConfig&) {}),
                     Contains("init() failed"));
   CHECK_THROWS_WITH(w.init(), Contains("init() failed"));
   CHECK_NOTHROW(w.close());

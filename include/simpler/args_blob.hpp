@@ -33,3 +33,5 @@ std::size_t encode_args_blob(const TaskArgsView& v, std::span<std::byte> out);
 TaskArgsView decode_args_blob(std::span<const std::byte> in);
 
 }  // namespace simpler
+
+#include "simpler/detail/args_blob.ipp"

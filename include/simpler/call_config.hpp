@@ -48,3 +48,5 @@ static_assert(std::is_trivially_copyable_v<CallConfig>);
 static_assert(std::is_standard_layout_v<CallConfig>);
 
 }  // namespace simpler
+
+#include "simpler/detail/call_config.ipp"

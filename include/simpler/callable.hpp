@@ -15,6 +15,13 @@ enum class CallableKind : std::uint8_t {
 
 const char* to_string(CallableKind k) noexcept;
 
+/// A set of CallableKinds is a mask of these bits (what a leaf can run: Leaf::kRuns).
+constexpr std::uint8_t kind_bit(CallableKind k) noexcept {
+  return static_cast<std::uint8_t>(1U << static_cast<unsigned>(k));
+}
+inline constexpr std::uint8_t kAllCallableKinds =
+    kind_bit(CallableKind::Sub) | kind_bit(CallableKind::Orch) | kind_bit(CallableKind::Chip);
+
 /// Identifies a registered callable. `digest` is the 64-bit identity that travels on every wire;
 /// each child resolves it to its own local entry. `owner` names the Worker that issued the handle
 /// (handles are rejected by other Workers); `index` is that Worker's local registry index.
@@ -34,3 +41,5 @@ struct CallableHandle {
 std::uint64_t callable_digest(CallableKind kind, std::string_view name) noexcept;
 
 }  // namespace simpler
+
+#include "simpler/detail/callable.ipp"

@@ -21,7 +21,9 @@ struct ChipKernel;
 struct ChipCallable;
 struct ChipOptions;
 class ChipWorker;
-class Orchestrator;
+class OrchestratorBase;
+template <class... Lanes>
+class BasicOrchestrator;
 class SubWorker;
 struct ThreadTransport;
 struct ForkShmTransport;

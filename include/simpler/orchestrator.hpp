@@ -23,10 +23,12 @@
 
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
-#include "simpler/detail/engine.hpp"
+#include "simpler/detail/engine_core.hpp"
 #include "simpler/detail/heap_ring.hpp"
 #include "simpler/detail/small_vec.hpp"
 #include "simpler/detail/tensor_map.hpp"
+#include "simpler/leaf/leaf.hpp"
+#include "simpler/transport/transport.hpp"
 #include "simpler/task_args.hpp"
 
 namespace simpler {
@@ -47,12 +49,14 @@ struct SubmitResult {
 
 inline constexpr int kMaxScopeDepth = 64;
 
-class Orchestrator {
+/// The lane-independent part of every Orchestrator (see BasicOrchestrator): the API an
+/// orchestration function uses.
+class OrchestratorBase {
  public:
   /// RAII scope: scope_begin() now, scope_end() when destroyed.
   class Scope {
    public:
-    explicit Scope(Orchestrator& o) : o_(&o) { o_->scope_begin(); }
+    explicit Scope(OrchestratorBase& o) : o_(&o) { o_->scope_begin(); }
     Scope(Scope&& other) noexcept : o_(std::exchange(other.o_, nullptr)) {}
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
@@ -63,7 +67,7 @@ class Orchestrator {
     }
 
    private:
-    Orchestrator* o_;
+    OrchestratorBase* o_;
   };
 
   /// Submits a task for a next-level worker: `worker`, or any idle one with any_worker.
@@ -103,7 +107,7 @@ class Orchestrator {
   [[nodiscard]] int scope_depth() const noexcept { return depth_; }
 
   // ---- Introspection, for tests and diagnostics.
-  [[nodiscard]] SlotState state_of(TaskSlot s) const noexcept {
+  [[nodiscard]] TaskState state_of(TaskSlot s) const noexcept {
     return core_.pool.at(s).state.load(std::memory_order_acquire);
   }
   [[nodiscard]] std::uint32_t live_tasks() const noexcept { return core_.pool.live(); }
@@ -116,11 +120,11 @@ class Orchestrator {
   [[nodiscard]] const detail::HeapRing& heap_ring(int i) const { return heaps_.at(i); }
 
   // ---- Worker-facing. Not for orchestration functions.
-  Orchestrator(detail::EngineCore& core, const detail::CallableRegistry& registry,
-               std::size_t heap_ring_size);
-  ~Orchestrator();
-  Orchestrator(const Orchestrator&) = delete;
-  Orchestrator& operator=(const Orchestrator&) = delete;
+  OrchestratorBase(detail::EngineCore& core, const detail::CallableRegistry& registry,
+                   std::size_t heap_ring_size);
+  ~OrchestratorBase();
+  OrchestratorBase(const OrchestratorBase&) = delete;
+  OrchestratorBase& operator=(const OrchestratorBase&) = delete;
 
   /// Opens a run on the calling thread (which then owns this Orchestrator): the outermost scope.
   void begin_run();
@@ -165,7 +169,8 @@ class Orchestrator {
                          const ContinuousTensor& t, TensorArgType tag) const;
   [[noreturn]] void throw_not_shared(const char* api, detail::Role role, std::int32_t index,
                                      const ContinuousTensor& t, bool starts_shared) const;
-  void check_targets(detail::Role role, std::size_t members, std::span<const WorkerId> targets,
+  void check_targets(detail::Role role, const detail::CallableRegistry::Entry& entry,
+                     std::size_t members, std::span<const WorkerId> targets,
                      const char* api) const;
   detail::HeapRing::Allocation heap_alloc(int ring, std::size_t bytes, const char* api);
   void infer_and_wire(detail::Slot& s);
@@ -199,3 +204,31 @@ class Orchestrator {
 };
 
 }  // namespace simpler
+
+namespace simpler {
+
+/// The Orchestrator of a Worker over the lane set `Lanes...` (WorkerThread<Transport, Leaf>
+/// types): what an orchestration function run by such a Worker receives. `simpler::Orchestrator`
+/// is the one of the default lane set.
+///
+/// Everything that depends on the lane set is known at compile time and kept here: which callable
+/// kinds the lane set can run and whether any lane type reaches its child in another address
+/// space. The submit path itself does not depend on the lane types (it validates worker ids and
+/// capabilities against the lane table and pushes slot ids), so it lives in OrchestratorBase,
+/// compiled once per program rather than once per lane set.
+template <class... Lanes>
+class BasicOrchestrator final : public OrchestratorBase {
+ public:
+  /// The callable kinds some lane type of the set runs (a kind_bit mask).
+  static constexpr std::uint8_t kRuns = (std::uint8_t{0} | ... | leaf_kinds<typename Lanes::leaf_type>());
+  /// True when some lane type's transport runs its child in another address space: then submits
+  /// check that tensors lie in memory that child can see.
+  static constexpr bool kSeparateAddressSpace =
+      (false || ... || SeparateAddressSpace<typename Lanes::transport_type>);
+
+  using OrchestratorBase::OrchestratorBase;
+};
+
+}  // namespace simpler
+
+#include "simpler/detail/orchestrator.ipp"

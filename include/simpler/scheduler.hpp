@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "simpler/detail/engine.hpp"
+#include "simpler/detail/engine_core.hpp"
 #include "simpler/detail/scheduler_core.hpp"
 
 namespace simpler {

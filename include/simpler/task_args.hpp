@@ -72,3 +72,5 @@ class TaskArgs {
 };
 
 }  // namespace simpler
+
+#include "simpler/detail/task_args.ipp"

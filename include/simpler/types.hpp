@@ -143,3 +143,5 @@ ContinuousTensor make_tensor(std::span<T> data) {
 }
 
 }  // namespace simpler
+
+#include "simpler/detail/types.ipp"

@@ -17,13 +17,15 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
-#include "simpler/detail/engine.hpp"
+#include "simpler/detail/engine_core.hpp"
+#include "simpler/detail/registry.hpp"
 #include "simpler/detail/process.hpp"
 #include "simpler/device/chip_callable.hpp"
 #include "simpler/device/chip_worker.hpp"
@@ -41,28 +43,56 @@
 namespace simpler {
 
 namespace detail {
-/// A process-unique, non-zero token naming one Worker instance (for handle ownership checks).
-std::uint64_t next_worker_token() noexcept;
-
-template <class T, class L, class... Lanes>
-struct LaneFor;  // the lane type in Lanes with transport T and leaf L, or void
-template <class T, class L>
-struct LaneFor<T, L> {
+/// The lane type in Lanes whose leaf is L and whose transport is the default one for `mode`
+/// (DefaultForChildMode), or void.
+template <ChildMode mode, class L, class... Lanes>
+struct LaneForMode {
   using type = void;
 };
-template <class T, class L, class First, class... Rest>
-struct LaneFor<T, L, First, Rest...> {
-  using type = std::conditional_t<std::is_same_v<typename First::leaf_type, L> &&
-                                      std::is_same_v<typename First::transport_type, T>,
-                                  First, typename LaneFor<T, L, Rest...>::type>;
+template <ChildMode mode, class L, class First, class... Rest>
+struct LaneForMode<mode, L, First, Rest...> {
+  static constexpr bool match = [] {
+    if constexpr (DefaultForChildMode<typename First::transport_type>) {
+      return std::is_same_v<typename First::leaf_type, L> &&
+             First::transport_type::kChildMode == mode;
+    } else {
+      return false;
+    }
+  }();
+  using type = std::conditional_t<match, First, typename LaneForMode<mode, L, Rest...>::type>;
+};
+template <class L, class... Lanes>
+inline constexpr bool has_leaf = (std::is_same_v<typename Lanes::leaf_type, L> || ...);
+
+/// The Orchestrator type the nested Workers of a lane set run their orchestration functions
+/// on (void when the set has no nested Worker lane).
+template <class... Lanes>
+struct ChildOrchestrator {
+  using type = void;
+};
+template <class First, class... Rest>
+struct ChildOrchestrator<First, Rest...> {
+  using type = typename ChildOrchestrator<Rest...>::type;
+};
+template <class W, class T, class... Rest>
+struct ChildOrchestrator<WorkerThread<T, NestedWorker<W>>, Rest...> {
+  using type = typename W::Orchestrator;
+  using rest = typename ChildOrchestrator<Rest...>::type;
+  static_assert(std::is_void_v<rest> || std::is_same_v<rest, type>,
+                "the nested Workers of one lane set must share one Orchestrator type (register_orch "
+                "registers functions for all of them)");
 };
 }  // namespace detail
 
 template <class... Lanes>
 class BasicWorker {
  public:
-  using OrchFunction = detail::OrchFn;
+  /// What an orchestration function run by this Worker receives.
+  using Orchestrator = BasicOrchestrator<Lanes...>;
+  using OrchFunction = std::function<void(Orchestrator&, TaskArgsView, const CallConfig&)>;
   using SubFunction = detail::SubFn;
+  /// The lane types this Worker can hold.
+  using lanes = std::tuple<Lanes...>;
 
   explicit BasicWorker(WorkerOptions options)
       : options_(std::move(options)),
@@ -112,10 +142,23 @@ class BasicWorker {
     check_can_register("register_sub");
     return registry_->add(CallableKind::Sub, std::move(name), std::move(fn), {});
   }
-  /// Registers an orchestration function for next-level workers (nested Workers).
-  CallableHandle register_orch(std::string name, OrchFunction fn) {
+  /// Registers an orchestration function for next-level workers (nested Workers). `fn` is
+  /// called as fn(orchestrator, args, config) with the nested Worker's Orchestrator (for the
+  /// default Worker, simpler::Orchestrator).
+  template <class F>
+  CallableHandle register_orch(std::string name, F fn) {
+    using Child = typename detail::ChildOrchestrator<Lanes...>::type;
+    using Target = std::conditional_t<std::is_void_v<Child>, Orchestrator, Child>;
     check_can_register("register_orch");
-    return registry_->add(CallableKind::Orch, std::move(name), {}, std::move(fn));
+    std::function<void(Target&, TaskArgsView, const CallConfig&)> typed(std::move(fn));
+    detail::OrchFn erased;
+    if (typed) {
+      // The nested lanes run it on their inner Worker's Orchestrator, which is a Target.
+      erased = [f = std::move(typed)](OrchestratorBase& o, TaskArgsView a, const CallConfig& c) {
+        f(static_cast<Target&>(o), a, c);
+      };
+    }
+    return registry_->add(CallableKind::Orch, std::move(name), {}, std::move(erased));
   }
 
   /// Registers a chip callable (an orchestration .so and its kernels) for the chip children
@@ -147,6 +190,22 @@ class BasicWorker {
       }
     }
     return h;
+  }
+
+  /// Adds a child on lane type `Lane` (one of this Worker's Lanes): any transport, any leaf.
+  /// A leaf that runs only sub callables becomes a sub worker, any other a next-level worker;
+  /// returns its id among those. Before init() only.
+  template <class Lane>
+  WorkerId add_child(typename Lane::leaf_type leaf, std::string name = {}) {
+    static_assert((std::is_same_v<Lane, Lanes> || ...), "Lane is not one of this Worker's lane types");
+    check_state(State::New, "add_child", "before init()");
+    constexpr bool sub = leaf_kinds<typename Lane::leaf_type>() == kind_bit(CallableKind::Sub);
+    const auto role = sub ? detail::Role::Sub : detail::Role::NextLevel;
+    const auto id = static_cast<WorkerId>((sub ? core_->subs : core_->next_level).size());
+    if (name.empty()) name = fmt::format("{} {}", sub ? "sub worker" : "next-level worker", id);
+    sched_->template add<Lane>(role, std::move(name), std::move(leaf));
+    if constexpr (SeparateAddressSpace<typename Lane::transport_type>) has_process_children_ = true;
+    return id;
   }
 
   /// Adds a next-level child running `leaf`, in this process or in a forked child according to
@@ -186,10 +245,7 @@ class BasicWorker {
   /// leaves no child behind.
   void init() {
     check_state(State::New, "init", "once, on a new Worker");
-    constexpr bool has_sub_lanes =
-        !std::is_void_v<typename detail::LaneFor<ThreadTransport, SubWorker, Lanes...>::type> ||
-        !std::is_void_v<typename detail::LaneFor<ForkShmTransport, SubWorker, Lanes...>::type>;
-    if constexpr (has_sub_lanes) {
+    if constexpr (detail::has_leaf<SubWorker, Lanes...>) {
       for (int i = 0; i < options_.num_sub_workers; ++i) {
         add_lane<SubWorker>(detail::Role::Sub, fmt::format("sub worker {}", i),
                             SubWorker(*registry_));
@@ -200,16 +256,18 @@ class BasicWorker {
     }
     fork_generation_ = detail::fork_generation();
     try {
-      // The shared mappings as the children will see them: recorded before they are forked.
-      bool separate[2] = {false, false};
-      sched_->for_each_lane([&](auto& lane) {
-        using Lane = std::remove_cvref_t<decltype(lane)>;
-        if constexpr (SeparateAddressSpace<typename Lane::transport_type>) {
-          separate[static_cast<std::size_t>(lane.role)] = true;
-        }
-      });
-      orch_->record_shared_memory(separate[static_cast<std::size_t>(detail::Role::Sub)],
-                                  separate[static_cast<std::size_t>(detail::Role::NextLevel)]);
+      if constexpr (Orchestrator::kSeparateAddressSpace) {
+        // The shared mappings as the children will see them: recorded before they are forked.
+        bool separate[2] = {false, false};
+        sched_->for_each_lane([&](auto& lane) {
+          using Lane = std::remove_cvref_t<decltype(lane)>;
+          if constexpr (SeparateAddressSpace<typename Lane::transport_type>) {
+            separate[static_cast<std::size_t>(lane.role)] = true;
+          }
+        });
+        orch_->record_shared_memory(separate[static_cast<std::size_t>(detail::Role::Sub)],
+                                    separate[static_cast<std::size_t>(detail::Role::NextLevel)]);
+      }
       sched_->start();  // on failure it has stopped every child it started
     } catch (...) {
       state_ = State::Failed;
@@ -229,8 +287,61 @@ class BasicWorker {
     run_view(orch, args.view(), config);
   }
 
-  /// run() over arguments that are already a view (what a nested Worker receives).
+  /// run() over arguments that are already a view.
   void run_view(const OrchFunction& orch, TaskArgsView args, const CallConfig& config) {
+    run_impl(orch, args, config);
+  }
+  /// Runs an orchestration function registered on a parent Worker (what a NestedWorker leaf
+  /// does for each of its tasks).
+  void run_registered(const detail::OrchFn& orch, TaskArgsView args, const CallConfig& config) {
+    run_impl(orch, args, config);
+  }
+
+  /// Stops the engine threads and children, reaping every child within a deadline. Idempotent;
+  /// also done by the destructor. Throws TransportError, after everything was shut down, naming
+  /// the children that ended abnormally at shutdown (a child that died during a task already
+  /// failed that task and is not reported again).
+  void close() {
+    if (running_.load(std::memory_order_acquire)) {
+      throw UsageError(
+          "Worker::close: cannot close from inside a run, or while another thread runs one; "
+          "close after run() returned");
+    }
+    if (state_ == State::Closed) return;
+    check_process("close");
+    shutdown();
+    std::string report;
+    sched_->for_each_lane([&](auto& lane) {
+      using Lane = std::remove_cvref_t<decltype(lane)>;
+      if constexpr (ReportsLiveness<typename Lane::Endpoint>) {
+        if (lane.endpoint().death_unreported()) {
+          report += fmt::format("{}{}: its child {}", report.empty() ? "" : "; ", lane.name,
+                                lane.endpoint().death());
+        }
+      }
+    });
+    if (!report.empty()) {
+      throw TransportError(fmt::format("Worker::close: children ended abnormally: {}", report));
+    }
+  }
+  /// close() for teardown paths: never throws.
+  void shutdown_quietly() noexcept { shutdown(); }
+
+  [[nodiscard]] const WorkerOptions& options() const noexcept { return options_; }
+  /// True until init() (or close()) is called.
+  [[nodiscard]] bool is_new() const noexcept { return state_ == State::New; }
+  [[nodiscard]] int level() const noexcept { return options_.level; }
+  [[nodiscard]] std::size_t next_level_count() const noexcept { return core_->next_level.size(); }
+  [[nodiscard]] std::size_t sub_count() const noexcept { return core_->subs.size(); }
+  /// The Orchestrator, for introspection between runs (live_tasks(), tensor_map_size()).
+  [[nodiscard]] const Orchestrator& orchestrator() const noexcept { return *orch_; }
+  [[nodiscard]] Scheduler<Lanes...>& scheduler() noexcept { return *sched_; }
+
+ private:
+  enum class State { New, Ready, Failed, Closed };
+
+  template <class F>
+  void run_impl(const F& orch, TaskArgsView args, const CallConfig& config) {
     check_process("run");
     check_state(State::Ready, "run", "between init() and close()");
     if (running_.exchange(true, std::memory_order_acq_rel)) {
@@ -279,47 +390,6 @@ class BasicWorker {
     }
   }
 
-  /// Stops the engine threads and children, reaping every child within a deadline. Idempotent;
-  /// also done by the destructor. Throws TransportError, after everything was shut down, naming
-  /// the children that ended abnormally at shutdown (a child that died during a task already
-  /// failed that task and is not reported again).
-  void close() {
-    if (running_.load(std::memory_order_acquire)) {
-      throw UsageError(
-          "Worker::close: cannot close from inside a run, or while another thread runs one; "
-          "close after run() returned");
-    }
-    if (state_ == State::Closed) return;
-    check_process("close");
-    shutdown();
-    std::string report;
-    sched_->for_each_lane([&](auto& lane) {
-      if constexpr (requires { lane.endpoint().death_unreported(); }) {
-        if (lane.endpoint().death_unreported()) {
-          report += fmt::format("{}{}: its child {}", report.empty() ? "" : "; ", lane.name,
-                                lane.endpoint().death());
-        }
-      }
-    });
-    if (!report.empty()) {
-      throw TransportError(fmt::format("Worker::close: children ended abnormally: {}", report));
-    }
-  }
-  /// close() for teardown paths: never throws.
-  void shutdown_quietly() noexcept { shutdown(); }
-
-  [[nodiscard]] const WorkerOptions& options() const noexcept { return options_; }
-  /// True until init() (or close()) is called.
-  [[nodiscard]] bool is_new() const noexcept { return state_ == State::New; }
-  [[nodiscard]] int level() const noexcept { return options_.level; }
-  [[nodiscard]] std::size_t next_level_count() const noexcept { return core_->next_level.size(); }
-  [[nodiscard]] std::size_t sub_count() const noexcept { return core_->subs.size(); }
-  /// The Orchestrator, for introspection between runs (live_tasks(), tensor_map_size()).
-  [[nodiscard]] const Orchestrator& orchestrator() const noexcept { return *orch_; }
-  [[nodiscard]] Scheduler<Lanes...>& scheduler() noexcept { return *sched_; }
-
- private:
-  enum class State { New, Ready, Failed, Closed };
 
   static void validate_options(const WorkerOptions& o) {
     if (o.num_sub_workers < 0) {
@@ -362,8 +432,8 @@ class BasicWorker {
   }
   template <class L>
   void add_lane(detail::Role role, std::string name, L leaf) {
-    using ThreadLane = typename detail::LaneFor<ThreadTransport, L, Lanes...>::type;
-    using ProcessLane = typename detail::LaneFor<ForkShmTransport, L, Lanes...>::type;
+    using ThreadLane = typename detail::LaneForMode<ChildMode::Thread, L, Lanes...>::type;
+    using ProcessLane = typename detail::LaneForMode<ChildMode::Process, L, Lanes...>::type;
     static_assert(!std::is_void_v<ThreadLane> || !std::is_void_v<ProcessLane>,
                   "no lane type in this Worker runs this leaf type");
     if (options_.child_mode == ChildMode::Process) {
@@ -374,7 +444,7 @@ class BasicWorker {
       } else {
         throw UsageError(
             "WorkerOptions::child_mode is Process but this Worker's lane set has no "
-            "ForkShmTransport lane for this leaf; use ChildMode::Thread");
+            "ChildMode::Process lane (ForkShmTransport) for this leaf; use ChildMode::Thread");
       }
     }
     if constexpr (!std::is_void_v<ThreadLane>) {
@@ -382,17 +452,14 @@ class BasicWorker {
     } else {
       throw UsageError(
           "WorkerOptions::child_mode is Thread but this Worker's lane set has no "
-          "ThreadTransport lane for this leaf; use ChildMode::Process");
+          "ChildMode::Thread lane (ThreadTransport) for this leaf; use ChildMode::Process");
     }
   }
 
   /// One chip lane per WorkerOptions::device_ids entry, named "chip <id>": next-level worker ids
   /// 0 .. n-1 in device_ids order (children added later with add_worker/add_next_level follow).
   void add_chip_lanes() {
-    constexpr bool has_chip_lanes =
-        !std::is_void_v<typename detail::LaneFor<ThreadTransport, ChipWorker, Lanes...>::type> ||
-        !std::is_void_v<typename detail::LaneFor<ForkShmTransport, ChipWorker, Lanes...>::type>;
-    if constexpr (has_chip_lanes) {
+    if constexpr (detail::has_leaf<ChipWorker, Lanes...>) {
       ChipOptions chip = options_.chip;
       if (!options_.device_runtime.empty()) {
         if (chip.device_runtime.empty()) {
@@ -442,7 +509,7 @@ class BasicWorker {
     sched_->for_each_lane([&](auto& lane) {
       using L = std::remove_cvref_t<decltype(lane)>;
       if constexpr (std::is_same_v<typename L::leaf_type, ChipWorker> &&
-                    std::is_same_v<typename L::transport_type, ForkShmTransport>) {
+                    ForwardsControl<typename L::Endpoint>) {
         if (!refused.empty()) return;
         auto& ep = lane.endpoint();
         try {
@@ -522,5 +589,8 @@ class Worker : public BasicWorker<SubLane, ProcessSubLane, NestedLane, ProcessNe
   using BasicWorker::BasicWorker;
   Worker(Worker&&) noexcept = default;
 };
+
+/// What an orchestration function of the default Worker receives (at every level).
+using Orchestrator = Worker::Orchestrator;
 
 }  // namespace simpler

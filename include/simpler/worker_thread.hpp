@@ -11,7 +11,8 @@
 #include <string>
 #include <thread>
 
-#include "simpler/detail/engine.hpp"
+#include "simpler/detail/deadline.hpp"
+#include "simpler/detail/engine_core.hpp"
 #include "simpler/leaf/leaf.hpp"
 #include "simpler/orchestrator.hpp"
 #include "simpler/transport/transport.hpp"
@@ -23,17 +24,22 @@ class WorkerThread : public detail::LaneCore {
  public:
   using transport_type = T;
   using leaf_type = L;
+  /// How this lane reaches its child.
+  using Endpoint = typename T::template Endpoint<L>;
 
   WorkerThread(detail::EngineCore& core, detail::Role role, WorkerId id, std::string name, L leaf)
       : LaneCore(role, id, std::move(name)), core_(core), leaf_(std::move(leaf)), endpoint_(leaf_) {
     watched = !EnforcesDeadlines<T>;
+    runs = leaf_kinds<L>();
   }
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
   ~WorkerThread() { stop(); }
 
   /// Starts the child (before any engine thread exists: a process transport forks here).
-  void launch() { endpoint_.launch(); }
+  void launch() {
+    if constexpr (Launches<Endpoint>) endpoint_.launch();
+  }
   /// Starts the lane thread.
   void start() {
     thread_ = std::thread([this] { loop(); });
@@ -53,7 +59,7 @@ class WorkerThread : public detail::LaneCore {
     }
     if (!shut_) {
       shut_ = true;
-      endpoint_.shutdown();
+      if constexpr (ShutsDown<Endpoint>) endpoint_.shutdown();
     }
   }
 
@@ -115,7 +121,7 @@ class WorkerThread : public detail::LaneCore {
   /// Returns false when the lane was abandoned at a deadline meanwhile.
   bool run_successors(detail::Slot* s) noexcept {
     while (s != nullptr) {
-      s->state.store(SlotState::Running, std::memory_order_relaxed);
+      s->state.store(TaskState::Running, std::memory_order_relaxed);
       if (!run_task(*s, 0, local_)) return false;
       detail::Slot* next = complete_here(*s, local_);
       if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1)
@@ -141,7 +147,7 @@ class WorkerThread : public detail::LaneCore {
         // an idle engine while the successor is about to run.
         core_.lane_local.fetch_add(1, std::memory_order_seq_cst);
       } else {
-        c.state.store(SlotState::Ready, std::memory_order_relaxed);
+        c.state.store(TaskState::Ready, std::memory_order_relaxed);
         core_.ready_inbox.push(&c);
         handed_over = true;
       }
@@ -151,13 +157,13 @@ class WorkerThread : public detail::LaneCore {
   }
 
   [[nodiscard]] bool runnable_here(const detail::Slot& c) const noexcept {
-    const bool same_role = (c.kind == detail::TaskKind::Sub) == (role == detail::Role::Sub);
+    const bool same_role = c.role == role;
     // A task with a deadline on a lane the scheduler must watch goes through the scheduler: it
     // watches only what it posted.
     const bool needs_watch =
         watched &&
         (c.timeout_ms != 0 || core_.run_deadline_ns.load(std::memory_order_relaxed) != 0);
-    return same_role && !needs_watch && !c.is_group() &&
+    return same_role && (runs & kind_bit(c.callable_kind)) != 0 && !needs_watch && !c.is_group() &&
            (c.targets[0] == any_worker || c.targets[0] == id) &&
            !c.poisoned.load(std::memory_order_relaxed) && !core_.run.cancelled();
   }
@@ -200,7 +206,7 @@ class WorkerThread : public detail::LaneCore {
         std::chrono::steady_clock::now() >= r.deadline) {
       core_.fail_run_deadline();
     }
-    if constexpr (requires { endpoint_.alive(); }) {
+    if constexpr (ReportsLiveness<Endpoint>) {
       if (out.outcome == Outcome::EndpointFailure && !endpoint_.alive()) {
         dead.store(true, std::memory_order_relaxed);
       }
@@ -239,7 +245,7 @@ class WorkerThread : public detail::LaneCore {
 
   detail::EngineCore& core_;
   L leaf_;
-  typename T::template Endpoint<L> endpoint_;
+  Endpoint endpoint_;
   std::thread thread_;
   Result local_;  // result of a successor run by run_successors
   std::uint64_t watch_seq_ = 0;

@@ -107,3 +107,5 @@ class EventCount {
 };
 
 }  // namespace simpler::detail
+
+#include "simpler/detail/futex.ipp"

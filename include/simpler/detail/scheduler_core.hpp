@@ -5,12 +5,13 @@
 // scheduler thread, so the queues and the lanes' busy flags need no synchronisation.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "simpler/detail/engine.hpp"
+#include "simpler/detail/engine_core.hpp"
 #include "simpler/detail/ring_buffer.hpp"
 
 namespace simpler::detail {
@@ -27,7 +28,9 @@ class SchedulerCore {
   struct RoleQueues {
     std::vector<LaneCore*>* lanes = nullptr;
     std::vector<RingBuffer<TaskSlot>> directed;  // per lane
-    RingBuffer<TaskSlot> any;
+    /// Shared work, one queue per CallableKind (indexed by its value): a lane takes only the
+    /// kinds its leaf runs, so in a mixed pool a chip callable never lands on a nested Worker.
+    std::array<RingBuffer<TaskSlot>, 4> any;
     RingBuffer<TaskSlot> groups;
   };
 
@@ -37,6 +40,7 @@ class SchedulerCore {
   void route(Slot& s);
   void drain_worklist();
   void dispatch(RoleQueues& q);
+  void dispatch_shared(RoleQueues& q, CallableKind kind);
   bool skip_if_cancelled(Slot& s);
   void fail_unplaceable(Slot& s, Role role);
   /// Fails a task directed at a lost lane (one abandoned at a deadline) without posting it.
@@ -73,3 +77,5 @@ class SchedulerCore {
 };
 
 }  // namespace simpler::detail
+
+#include "simpler/detail/scheduler_core.ipp"

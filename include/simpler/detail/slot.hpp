@@ -19,30 +19,16 @@
 #include "simpler/detail/intrusive_stack.hpp"
 #include "simpler/detail/small_vec.hpp"
 #include "simpler/error.hpp"
+#include "simpler/task.hpp"
 #include "simpler/types.hpp"
 
 namespace simpler {
 
-using TaskSlot = std::uint32_t;
-using WorkerId = std::int32_t;
-inline constexpr WorkerId any_worker = -1;
-inline constexpr TaskSlot kInvalidSlot = std::numeric_limits<TaskSlot>::max();
-
-/// Life of a slot. Building -> Pending/Ready -> Running -> Completed/Failed -> Consumed -> Free.
-enum class SlotState : std::uint8_t {
-  Free,
-  Building,
-  Pending,
-  Ready,
-  Running,
-  Completed,
-  Failed,
-  Consumed,
-};
-
 namespace detail {
 
-enum class TaskKind : std::uint8_t { NextLevel, Sub };
+/// Which of a Worker's two lane tables a task or lane belongs to: next-level children (chips,
+/// nested Workers) or host sub workers.
+enum class Role : std::uint8_t { NextLevel, Sub };
 
 /// One dependency edge, stored in the consumer; linked into the producer's consumer list.
 struct Edge {
@@ -72,7 +58,8 @@ inline Edge* closed_list() noexcept {
 
 struct Slot {
   // ---- task data: written by the Orchestrator while Building, read-only after publication.
-  TaskKind kind = TaskKind::Sub;
+  Role role = Role::Sub;
+  CallableKind callable_kind = CallableKind::Sub;  // what runs it (routing field)
   std::uint32_t callable_index = 0;
   std::uint64_t digest = 0;
   std::uint32_t run_id = 0;
@@ -99,7 +86,7 @@ struct Slot {
   /// Set (before closing `consumers`) when this task did not succeed.
   std::atomic<bool> failed{false};
   /// For observation (tests, diagnostics); transitions are driven by the words above.
-  std::atomic<SlotState> state{SlotState::Free};
+  std::atomic<TaskState> state{TaskState::Free};
 
   // ---- Orchestrator-private bookkeeping.
   SmallVec<Edge, 2> edges;           // this task's edges as a consumer

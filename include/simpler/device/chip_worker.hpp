@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "simpler/call_config.hpp"
-#include "simpler/detail/engine.hpp"
+#include "simpler/detail/engine_core.hpp"
 #include "simpler/device/chip_callable.hpp"
 #include "simpler/device/device_abi.h"
 #include "simpler/leaf/leaf.hpp"
@@ -62,6 +62,9 @@ class ChipBroadcast {
 
 class ChipWorker {
  public:
+  /// Runs chip callables from Worker::register_chip.
+  static constexpr std::uint8_t kRuns = kind_bit(CallableKind::Chip);
+
   /// Control commands a forked chip child serves between tasks (see detail::ChipBroadcast):
   /// register the callable in the broadcast page (arg = its size; answers the callable id), and
   /// unregister the late callable with digest `arg` (a rollback).

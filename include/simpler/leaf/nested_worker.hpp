@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "simpler/detail/engine.hpp"
+#include "simpler/detail/engine_core.hpp"
 #include "simpler/error.hpp"
 #include "simpler/leaf/leaf.hpp"
 
@@ -23,6 +23,10 @@ namespace simpler {
 template <class W>
 class NestedWorker {
  public:
+  /// Runs orchestration functions from Worker::register_orch on the inner Worker.
+  static constexpr std::uint8_t kRuns = kind_bit(CallableKind::Orch);
+  using worker_type = W;
+
   NestedWorker(std::unique_ptr<W> inner, const detail::CallableRegistry& outer_registry) noexcept
       : inner_(std::move(inner)), registry_(&outer_registry) {}
   NestedWorker(NestedWorker&&) noexcept = default;
@@ -45,7 +49,7 @@ class NestedWorker {
                       e->name, to_string(e->kind),
                       e->kind == CallableKind::Chip ? "; submit it to a chip worker" : ""));
     }
-    inner_->run_view(e->orch, r.args, *r.config);
+    inner_->run_registered(e->orch, r.args, *r.config);
   }
   [[nodiscard]] std::string callable_name(const LeafRequest& r) const {
     return registry_->name_of(r.digest, r.index_hint);

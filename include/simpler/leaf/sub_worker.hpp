@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "simpler/detail/engine.hpp"
+#include "simpler/detail/engine_core.hpp"
 #include "simpler/error.hpp"
 #include "simpler/leaf/leaf.hpp"
 
@@ -16,6 +16,9 @@ namespace simpler {
 /// child uses its inherited copy of the registry).
 class SubWorker {
  public:
+  /// Runs host functions from Worker::register_sub.
+  static constexpr std::uint8_t kRuns = kind_bit(CallableKind::Sub);
+
   explicit SubWorker(const detail::CallableRegistry& registry) noexcept : registry_(&registry) {}
 
   void run(const LeafRequest& r) const {

@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "simpler/args_blob.hpp"
+#include "simpler/detail/deadline.hpp"
 #include "simpler/detail/mailbox.hpp"
 #include "simpler/detail/process.hpp"
 #include "simpler/error.hpp"
@@ -85,6 +86,8 @@ struct ForkShmTransport {
   static constexpr bool kEnforcesDeadlines = true;
   /// Children see only memory shared before they were forked (SeparateAddressSpace).
   static constexpr bool kSeparateAddressSpace = true;
+  /// The default transport of ChildMode::Process (DefaultForChildMode).
+  static constexpr ChildMode kChildMode = ChildMode::Process;
   static constexpr std::chrono::milliseconds kLivenessTick{10};
   static constexpr std::chrono::milliseconds kStartDeadline{10'000};
   /// Longest wait for the answer to a control command (loading a chip callable, say).

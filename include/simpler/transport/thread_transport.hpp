@@ -9,6 +9,9 @@
 namespace simpler {
 
 struct ThreadTransport {
+  /// The default transport of ChildMode::Thread (DefaultForChildMode).
+  static constexpr ChildMode kChildMode = ChildMode::Thread;
+
   /// Calls the leaf directly. An exception from the leaf becomes a TaskFailure carrying its
   /// kind, code and message (a Fault); it never leaves the lane thread.
   template <class L>

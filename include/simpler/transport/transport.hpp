@@ -6,10 +6,13 @@
 #pragma once
 
 #include <concepts>
+#include <cstdint>
 #include <string>
 
-#include "simpler/detail/engine.hpp"
+#include "simpler/options.hpp"
+
 #include "simpler/error.hpp"
+#include "simpler/leaf/leaf.hpp"
 
 namespace simpler {
 
@@ -42,8 +45,37 @@ concept ShutsDown = requires(E& e) {
   noexcept;
 };
 
+/// What every endpoint must do: run a task. launch() and shutdown() are optional (a transport
+/// with nothing to start, a test double the test pumps).
 template <class E>
-concept Endpoint = Launches<E> && Executes<E> && ShutsDown<E>;
+concept Endpoint = Executes<E>;
+
+// ---- Optional capabilities. The lane and the facade check for each with `if constexpr`.
+
+/// Knows whether its child is still there: alive() after an EndpointFailure says whether the
+/// lane is dead for good (the scheduler then stops giving it shared work); death() says how it
+/// ended, death_unreported() whether no task failure reported it yet (close() reports those).
+template <class E>
+concept ReportsLiveness = requires(const E& e) {
+  { e.alive() } -> std::convertible_to<bool>;
+  { e.death() } -> std::convertible_to<std::string>;
+  { e.death_unreported() } -> std::convertible_to<bool>;
+};
+
+/// Forwards a control command to its leaf between tasks (the child may be another process):
+/// Worker::register_chip after init() reaches forked chips this way.
+template <class E>
+concept ForwardsControl = requires(E& e, std::uint64_t command, std::uint64_t arg) {
+  e.control(command, arg);
+};
+
+/// Optional: the lane set's default transport for WorkerOptions::child_mode == T::kChildMode
+/// (add_next_level, num_sub_workers and device_ids pick their lane type by it). A transport
+/// without it is reached only through BasicWorker::add_child<Lane>.
+template <class T>
+concept DefaultForChildMode = requires {
+  { T::kChildMode } -> std::convertible_to<ChildMode>;
+};
 
 /// Optional: the endpoint ends a task at LeafRequest::deadline by itself (it can stop its
 /// child: a process transport kills it). For a transport without it the scheduler watches the

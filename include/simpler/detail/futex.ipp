@@ -1,4 +1,7 @@
 // futex(2) plumbing for detail::EventCount.
+// Included once, at the end of its header; every function is inline (the library is header-only).
+#pragma once
+
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -10,7 +13,7 @@
 
 namespace simpler::detail {
 
-bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+inline bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 std::chrono::nanoseconds timeout, bool shared) noexcept {
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
   timespec ts{};
@@ -26,7 +29,7 @@ bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
   return !(rc != 0 && errno == ETIMEDOUT);
 }
 
-void futex_wake(std::atomic<std::uint32_t>* word, int count, bool shared) noexcept {
+inline void futex_wake(std::atomic<std::uint32_t>* word, int count, bool shared) noexcept {
   const int op = shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE;
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, count, nullptr, nullptr, 0);
 }

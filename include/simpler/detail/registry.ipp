@@ -1,15 +1,19 @@
 // The callable registry and Worker identity tokens.
+// Included once, at the end of its header; every function is inline (the library is header-only).
+#pragma once
+
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 
-#include "simpler/detail/engine.hpp"
+#include "simpler/detail/registry.hpp"
+#include "simpler/error.hpp"
 
 namespace simpler::detail {
 
-std::uint64_t next_worker_token() noexcept {
+inline std::uint64_t next_worker_token() noexcept {
   static std::atomic<std::uint64_t> counter{0};
   // Mixed with the pid and the clock so tokens differ across processes (and forked children).
   const auto n = counter.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -22,7 +26,7 @@ std::uint64_t next_worker_token() noexcept {
   return h == 0 ? 1 : h;
 }
 
-CallableHandle CallableRegistry::add(CallableKind kind, std::string name, SubFn sub, OrchFn orch,
+inline CallableHandle CallableRegistry::add(CallableKind kind, std::string name, SubFn sub, OrchFn orch,
                                      std::shared_ptr<const ChipCallable> chip) {
   if (name.empty()) throw UsageError("register: a callable needs a non-empty name");
   if (kind == CallableKind::Sub && !sub) {
@@ -52,13 +56,13 @@ CallableHandle CallableRegistry::add(CallableKind kind, std::string name, SubFn 
   return CallableHandle{digest, owner_, index, kind};
 }
 
-void CallableRegistry::remove_last() noexcept {
+inline void CallableRegistry::remove_last() noexcept {
   if (entries_.empty()) return;
   by_digest_.erase(entries_.back().digest);
   entries_.pop_back();
 }
 
-const CallableRegistry::Entry& CallableRegistry::check(const CallableHandle& h) const {
+inline const CallableRegistry::Entry& CallableRegistry::check(const CallableHandle& h) const {
   if (!h.valid()) {
     throw UsageError(
         "invalid CallableHandle (default-constructed); use the handle a Worker::register_* call "
@@ -77,20 +81,20 @@ const CallableRegistry::Entry& CallableRegistry::check(const CallableHandle& h) 
   return entries_[h.index];
 }
 
-const CallableRegistry::Entry* CallableRegistry::find(std::uint64_t digest,
+inline const CallableRegistry::Entry* CallableRegistry::find(std::uint64_t digest,
                                                       std::uint32_t index_hint) const noexcept {
   const std::uint32_t i = index_of(digest, index_hint);
   return i == npos ? nullptr : &entries_[i];
 }
 
-std::uint32_t CallableRegistry::index_of(std::uint64_t digest,
+inline std::uint32_t CallableRegistry::index_of(std::uint64_t digest,
                                          std::uint32_t index_hint) const noexcept {
   if (index_hint < entries_.size() && entries_[index_hint].digest == digest) return index_hint;
   auto it = by_digest_.find(digest);
   return it == by_digest_.end() ? npos : it->second;
 }
 
-std::string CallableRegistry::name_of(std::uint64_t digest, std::uint32_t index_hint) const {
+inline std::string CallableRegistry::name_of(std::uint64_t digest, std::uint32_t index_hint) const {
   if (const Entry* e = find(digest, index_hint)) return e->name;
   return fmt::format("<unknown callable {:#018x}>", digest);
 }

@@ -1,13 +1,16 @@
 // The Scheduler thread: ready routing, dispatch to lanes, completion and failure propagation.
-#include "simpler/detail/scheduler_core.hpp"
+// Included once, at the end of its header; every function is inline (the library is header-only).
+#pragma once
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
+#include "simpler/detail/scheduler_core.hpp"
+
 namespace simpler::detail {
 
-void SchedulerCore::prepare() {
+inline void SchedulerCore::prepare() {
   next_.lanes = &core_.next_level;
   sub_.lanes = &core_.subs;
   touched_.reserve(core_.next_level.size() + core_.subs.size());
@@ -20,11 +23,11 @@ void SchedulerCore::prepare() {
   }
 }
 
-bool SchedulerCore::any_busy() const noexcept {
+inline bool SchedulerCore::any_busy() const noexcept {
   return busy_lanes_ != 0;
 }
 
-void SchedulerCore::run_loop() noexcept {
+inline void SchedulerCore::run_loop() noexcept {
   for (;;) {
     // Deadlines cost a clock read per pass, and only while some are pending.
     const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
@@ -66,9 +69,12 @@ void SchedulerCore::run_loop() noexcept {
   }
 }
 
-bool SchedulerCore::has_queued_work() const noexcept {
+inline bool SchedulerCore::has_queued_work() const noexcept {
   for (const RoleQueues* q : {&next_, &sub_}) {
-    if (!q->any.empty() || !q->groups.empty()) return true;
+    if (!q->groups.empty()) return true;
+    for (const auto& a : q->any) {
+      if (!a.empty()) return true;
+    }
     for (const auto& d : q->directed) {
       if (!d.empty()) return true;
     }
@@ -76,7 +82,7 @@ bool SchedulerCore::has_queued_work() const noexcept {
   return false;
 }
 
-void SchedulerCore::check_deadlines(std::chrono::steady_clock::time_point now) {
+inline void SchedulerCore::check_deadlines(std::chrono::steady_clock::time_point now) {
   next_check_ = std::chrono::steady_clock::time_point::max();
   const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
   if (run_dl != 0 && run_dl != expired_run_deadline_) {
@@ -124,7 +130,7 @@ void SchedulerCore::check_deadlines(std::chrono::steady_clock::time_point now) {
   }
 }
 
-void SchedulerCore::abandon(LaneCore& l) {
+inline void SchedulerCore::abandon(LaneCore& l) {
   // Results the lane published before it got stuck (they may not be on the done stack yet).
   collect_results(l);
   l.lost.store(true, std::memory_order_seq_cst);
@@ -163,7 +169,7 @@ void SchedulerCore::abandon(LaneCore& l) {
 
 // A posted task (or group member) ended with `o`: a single task is finished; a group is once
 // every member has ended, with its first failure.
-void SchedulerCore::end_member(Slot& s, Outcome o) {
+inline void SchedulerCore::end_member(Slot& s, Outcome o) {
   if (!s.is_group()) {
     worklist_.push_back({s.id, o});
     return;
@@ -172,14 +178,14 @@ void SchedulerCore::end_member(Slot& s, Outcome o) {
   if (++s.members_done == s.group_size) worklist_.push_back({s.id, s.group_outcome});
 }
 
-void SchedulerCore::fail_lost(Slot& s, const LaneCore& lane) {
+inline void SchedulerCore::fail_lost(Slot& s, const LaneCore& lane) {
   core_.fail_run(Outcome::EndpointFailure, lane.name, core_.callable_name(s),
                  "this worker is lost: an earlier task on it passed its deadline and its thread "
                  "did not return");
   worklist_.push_back({s.id, Outcome::EndpointFailure});
 }
 
-void SchedulerCore::take_inbox() {
+inline void SchedulerCore::take_inbox() {
   for (Slot* s = core_.ready_inbox.take_fifo(); s != nullptr;) {
     Slot* n = s->next;
     became_ready(*s);
@@ -188,7 +194,7 @@ void SchedulerCore::take_inbox() {
   drain_worklist();
 }
 
-void SchedulerCore::take_done() {
+inline void SchedulerCore::take_done() {
   for (LaneCore* l = core_.done.take_fifo(); l != nullptr;) {
     LaneCore* n = l->next_done;
     l->queued.store(false, std::memory_order_seq_cst);
@@ -199,7 +205,7 @@ void SchedulerCore::take_done() {
   drain_worklist();
 }
 
-void SchedulerCore::collect_results(LaneCore& l) {
+inline void SchedulerCore::collect_results(LaneCore& l) {
   const std::uint32_t upto = l.completed.load(std::memory_order_seq_cst);
   while (l.collected != upto) {
     const std::uint32_t i = l.collected % LaneCore::kDepth;
@@ -220,8 +226,8 @@ void SchedulerCore::collect_results(LaneCore& l) {
   drain_worklist();
 }
 
-void SchedulerCore::became_ready(Slot& s) {
-  s.state.store(SlotState::Ready, std::memory_order_relaxed);
+inline void SchedulerCore::became_ready(Slot& s) {
+  s.state.store(TaskState::Ready, std::memory_order_relaxed);
   if (s.poisoned.load(std::memory_order_relaxed) || core_.run.cancelled()) {
     worklist_.push_back({s.id, Outcome::Skipped});
     return;
@@ -229,13 +235,13 @@ void SchedulerCore::became_ready(Slot& s) {
   route(s);
 }
 
-void SchedulerCore::route(Slot& s) {
-  RoleQueues& q = s.kind == TaskKind::Sub ? sub_ : next_;
+inline void SchedulerCore::route(Slot& s) {
+  RoleQueues& q = s.role == Role::Sub ? sub_ : next_;
   ++routed_;
   if (s.is_group()) {
     q.groups.push_back(s.id);
   } else if (s.targets[0] == any_worker) {
-    q.any.push_back(s.id);
+    q.any[static_cast<std::size_t>(s.callable_kind)].push_back(s.id);
   } else {
     q.directed[static_cast<std::size_t>(s.targets[0])].push_back(s.id);
   }
@@ -243,7 +249,7 @@ void SchedulerCore::route(Slot& s) {
 
 // Completes tasks iteratively (a failure can skip a long chain; recursion would overflow the
 // stack).
-void SchedulerCore::drain_worklist() {
+inline void SchedulerCore::drain_worklist() {
   while (!worklist_.empty()) {
     const Finished f = worklist_.pop_front();
     core_.complete(core_.pool.at(f.slot), f.outcome != Outcome::Success,
@@ -251,22 +257,22 @@ void SchedulerCore::drain_worklist() {
   }
 }
 
-void SchedulerCore::fail_unplaceable(Slot& s, Role role) {
+inline void SchedulerCore::fail_unplaceable(Slot& s, Role role) {
   const char* what = role == Role::Sub ? "sub" : "next-level";
   core_.fail_run(Outcome::EndpointFailure, fmt::format("{} workers", what), core_.callable_name(s),
                  fmt::format("no {} worker is left alive to run it (their children died)", what));
   worklist_.push_back({s.id, Outcome::EndpointFailure});
 }
 
-bool SchedulerCore::skip_if_cancelled(Slot& s) {
+inline bool SchedulerCore::skip_if_cancelled(Slot& s) {
   if (!core_.run.cancelled()) return false;
   worklist_.push_back({s.id, Outcome::Skipped});
   return true;
 }
 
-void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
+inline void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
   if (lane.inflight++ == 0) ++busy_lanes_;
-  s.state.store(SlotState::Running, std::memory_order_relaxed);
+  s.state.store(TaskState::Running, std::memory_order_relaxed);
   if (lane.staged == lane.posted.load(std::memory_order_relaxed)) touched_.push_back(&lane);
   bool watched = false;
   if (lane.watched) {
@@ -290,7 +296,7 @@ void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
 }
 
 // One publication and one wake check per lane per dispatch pass, not per task.
-void SchedulerCore::publish_posts() {
+inline void SchedulerCore::publish_posts() {
   for (LaneCore* l : touched_) {
     l->posted.store(l->staged, std::memory_order_seq_cst);  // publishes the ring entries
     l->wake.notify_all();
@@ -298,7 +304,7 @@ void SchedulerCore::publish_posts() {
   touched_.clear();
 }
 
-void SchedulerCore::dispatch(RoleQueues& q) {
+inline void SchedulerCore::dispatch(RoleQueues& q) {
   auto& lanes = *q.lanes;
   if (lanes.empty()) return;
   for (LaneCore* l : lanes) l->reserved = false;
@@ -340,10 +346,11 @@ void SchedulerCore::dispatch(RoleQueues& q) {
       }
       continue;
     }
+    const std::uint8_t bit = kind_bit(s.callable_kind);
     std::uint32_t idle = 0;
     std::uint32_t live = 0;
     for (LaneCore* l : lanes) {
-      const bool dead = l->dead.load(std::memory_order_relaxed);
+      const bool dead = l->dead.load(std::memory_order_relaxed) || (l->runs & bit) == 0;
       live += dead ? 0U : 1U;
       idle += (l->idle() && !l->reserved && !dead) ? 1U : 0U;
     }
@@ -357,7 +364,10 @@ void SchedulerCore::dispatch(RoleQueues& q) {
     std::uint32_t m = 0;
     for (LaneCore* l : lanes) {
       if (m == n) break;
-      if (l->idle() && !l->reserved && !l->dead.load(std::memory_order_relaxed)) post(*l, s, m++);
+      if (l->idle() && !l->reserved && !l->dead.load(std::memory_order_relaxed) &&
+          (l->runs & bit) != 0) {
+        post(*l, s, m++);
+      }
     }
   }
 
@@ -376,24 +386,38 @@ void SchedulerCore::dispatch(RoleQueues& q) {
       if (!skip_if_cancelled(s)) post(*l, s, 0);
     }
   }
-  bool any_live = false;
-  for (LaneCore* l : lanes) any_live = any_live || !l->dead.load(std::memory_order_relaxed);
-  while (!any_live && !q.any.empty())
-    fail_unplaceable(core_.pool.at(q.any.pop_front()), lanes.front()->role);
+  for (CallableKind k : {CallableKind::Sub, CallableKind::Orch, CallableKind::Chip}) {
+    if (!q.any[static_cast<std::size_t>(k)].empty()) dispatch_shared(q, k);
+  }
+  publish_posts();
+  drain_worklist();
+}
+
+// The shared queue of one callable kind goes to the lanes that run it: first to idle ones, then
+// topping lanes up to kAnyDepth, so a long task holds back at most one queued behind it.
+inline void SchedulerCore::dispatch_shared(RoleQueues& q, CallableKind kind) {
+  auto& any = q.any[static_cast<std::size_t>(kind)];
+  const std::uint8_t bit = kind_bit(kind);
+  std::size_t capable = 0;
+  for (const LaneCore* l : *q.lanes) {
+    if ((l->runs & bit) != 0 && !l->dead.load(std::memory_order_relaxed)) ++capable;
+  }
+  while (capable == 0 && !any.empty()) {
+    fail_unplaceable(core_.pool.at(any.pop_front()), q.lanes->front()->role);
+  }
+  if (any.empty()) return;
   // With a long shared queue every lane stays busy for a while anyway: prefetch deeper.
-  const std::size_t backlog = q.any.size() / lanes.size();
+  const std::size_t backlog = any.size() / capable;
   const std::uint32_t max_depth = backlog >= 4 * LaneCore::kDepth ? LaneCore::kDepth : kAnyDepth;
-  for (std::uint32_t depth = 1; depth <= max_depth && !q.any.empty(); ++depth) {
-    for (LaneCore* l : lanes) {
-      if (l->reserved || l->dead.load(std::memory_order_relaxed)) continue;
-      while (l->inflight < depth && !q.any.empty()) {
-        Slot& s = core_.pool.at(q.any.pop_front());
+  for (std::uint32_t depth = 1; depth <= max_depth && !any.empty(); ++depth) {
+    for (LaneCore* l : *q.lanes) {
+      if (l->reserved || (l->runs & bit) == 0 || l->dead.load(std::memory_order_relaxed)) continue;
+      while (l->inflight < depth && !any.empty()) {
+        Slot& s = core_.pool.at(any.pop_front());
         if (!skip_if_cancelled(s)) post(*l, s, 0);
       }
     }
   }
-  publish_posts();
-  drain_worklist();
 }
 
 }  // namespace simpler::detail

@@ -1,5 +1,6 @@
 // The Orchestrator: submit, dependency inference, scopes, heap rings, retirement.
-#include "simpler/orchestrator.hpp"
+// Included once, at the end of its header; every function is inline (the library is header-only).
+#pragma once
 
 #include <fmt/format.h>
 
@@ -7,6 +8,7 @@
 #include <thread>
 
 #include "simpler/error.hpp"
+#include "simpler/orchestrator.hpp"
 
 namespace simpler {
 
@@ -14,12 +16,12 @@ using detail::Edge;
 using detail::Role;
 using detail::Slot;
 
-const CallConfig& default_call_config() noexcept {
+inline const CallConfig& default_call_config() noexcept {
   static const CallConfig kDefault{};
   return kDefault;
 }
 
-const ContinuousTensor& SubmitResult::output(std::size_t i) const {
+inline const ContinuousTensor& SubmitResult::output(std::size_t i) const {
   if (i >= outputs.size()) {
     throw UsageError(fmt::format(
         "SubmitResult::output({}): the task auto-allocated {} outputs (Output tensors with "
@@ -29,8 +31,9 @@ const ContinuousTensor& SubmitResult::output(std::size_t i) const {
   return outputs[i];
 }
 
-Orchestrator::Orchestrator(detail::EngineCore& core, const detail::CallableRegistry& registry,
-                           std::size_t heap_ring_size)
+inline OrchestratorBase::OrchestratorBase(detail::EngineCore& core,
+                                          const detail::CallableRegistry& registry,
+                                          std::size_t heap_ring_size)
     : core_(core), registry_(registry), heap_ring_size_(heap_ring_size) {
   // Mapped here, in the Worker constructor, before any child is forked: children inherit every
   // ring at the same address.
@@ -48,11 +51,11 @@ Orchestrator::Orchestrator(detail::EngineCore& core, const detail::CallableRegis
   }
 }
 
-Orchestrator::~Orchestrator() {
+inline OrchestratorBase::~OrchestratorBase() {
   for (auto& h : heaps_) detail::unmap_region(h.base(), h.size());
 }
 
-void Orchestrator::throw_not_owner(const char* api) const {
+inline void OrchestratorBase::throw_not_owner(const char* api) const {
   if (!in_run_.load(std::memory_order_acquire)) {
     throw UsageError(fmt::format(
         "Orchestrator::{}: called outside Worker::run; submit from inside the orchestration "
@@ -66,13 +69,13 @@ void Orchestrator::throw_not_owner(const char* api) const {
       api));
 }
 
-void Orchestrator::check_open(const char* api) const {
+inline void OrchestratorBase::check_open(const char* api) const {
   check_owner(api);
   if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
 }
 
 // Past the run's deadline the run fails (a TimeoutError) and every later submit throws it.
-void Orchestrator::run_deadline_slow() {
+inline void OrchestratorBase::run_deadline_slow() {
   const std::int64_t dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
   if (dl == 0 || detail::steady_ns(std::chrono::steady_clock::now()) < dl) return;
   core_.fail_run_deadline();
@@ -80,14 +83,14 @@ void Orchestrator::run_deadline_slow() {
   std::rethrow_exception(core_.run.first_error());
 }
 
-void Orchestrator::record_shared_memory(bool sub_separate, bool next_level_separate) {
+inline void OrchestratorBase::record_shared_memory(bool sub_separate, bool next_level_separate) {
   separate_[static_cast<std::size_t>(Role::Sub)] = sub_separate;
   separate_[static_cast<std::size_t>(Role::NextLevel)] = next_level_separate;
   shared_ranges_.clear();
   if (sub_separate || next_level_separate) shared_ranges_ = detail::shared_mappings();
 }
 
-void Orchestrator::check_tensor_slow(const char* api, Role role, std::int32_t index,
+inline void OrchestratorBase::check_tensor_slow(const char* api, Role role, std::int32_t index,
                                      const ContinuousTensor& t, TensorArgType tag) const {
   if (t.data == 0) {
     if (tag == TensorArgType::Output) return;  // allocated from the heap ring
@@ -109,7 +112,7 @@ void Orchestrator::check_tensor_slow(const char* api, Role role, std::int32_t in
   throw_not_shared(api, role, index, t, m != nullptr);
 }
 
-void Orchestrator::throw_not_shared(const char* api, Role role, std::int32_t index,
+inline void OrchestratorBase::throw_not_shared(const char* api, Role role, std::int32_t index,
                                     const ContinuousTensor& t, bool starts_shared) const {
   const char* who = role == Role::Sub ? "sub workers" : "next-level workers";
   std::string where;
@@ -144,8 +147,10 @@ void Orchestrator::throw_not_shared(const char* api, Role role, std::int32_t ind
       api, index, t.data, t.nbytes(), where));
 }
 
-void Orchestrator::check_targets(Role role, std::size_t members, std::span<const WorkerId> targets,
-                                 const char* api) const {
+inline void OrchestratorBase::check_targets(Role role, const detail::CallableRegistry::Entry& entry,
+                                           std::size_t members,
+                                           std::span<const WorkerId> targets,
+                                           const char* api) const {
   const auto& lanes = role == Role::Sub ? core_.subs : core_.next_level;
   const char* what = role == Role::Sub ? "sub" : "next-level";
   if (lanes.empty()) {
@@ -155,13 +160,25 @@ void Orchestrator::check_targets(Role role, std::size_t members, std::span<const
   if (members == 0) {
     throw UsageError(fmt::format("Orchestrator::{}: a group needs at least one member", api));
   }
-  if (targets.empty()) {
-    if (members > lanes.size()) {
+  // Which lanes can run this kind of callable (a chip callable never lands on a nested Worker,
+  // nor an orchestration function on a chip).
+  const std::uint8_t bit = kind_bit(entry.kind);
+  std::size_t capable = 0;
+  for (const detail::LaneCore* l : lanes) capable += (l->runs & bit) != 0 ? 1U : 0U;
+  if (capable == 0) {
+    throw UsageError(fmt::format(
+        "Orchestrator::{}: '{}' is a {} callable and none of this Worker's {} workers runs {} "
+        "callables",
+        api, entry.name, to_string(entry.kind), what, to_string(entry.kind)));
+  }
+  if (targets.empty() || (members == 1 && targets[0] == any_worker)) {
+    if (members > capable) {
       throw UsageError(fmt::format(
-          "Orchestrator::{}: a group of {} members needs as many {} workers, this Worker has {}",
-          api, members, what, lanes.size()));
+          "Orchestrator::{}: a group of {} members needs as many {} workers that run {} "
+          "callables, this Worker has {}",
+          api, members, what, to_string(entry.kind), capable));
     }
-    return;
+    if (targets.empty()) return;
   }
   if (targets.size() != members) {
     throw UsageError(
@@ -178,6 +195,13 @@ void Orchestrator::check_targets(Role role, std::size_t members, std::span<const
                       "0..{}{})",
                       api, what, w, lanes.size() - 1, members == 1 ? ", or any_worker" : ""));
     }
+    const detail::LaneCore& lane = *lanes[static_cast<std::size_t>(w)];
+    if ((lane.runs & bit) == 0) {
+      throw UsageError(fmt::format(
+          "Orchestrator::{}: {} worker {} ('{}') cannot run '{}', a {} callable; direct it to a "
+          "worker that runs {} callables, or use any_worker",
+          api, what, w, lane.name, entry.name, to_string(entry.kind), to_string(entry.kind)));
+    }
     for (std::size_t j = 0; j < i; ++j) {
       if (targets[j] == w) {
         throw UsageError(fmt::format("Orchestrator::{}: {} worker id {} appears twice in the group",
@@ -187,47 +211,47 @@ void Orchestrator::check_targets(Role role, std::size_t members, std::span<const
   }
 }
 
-SubmitResult Orchestrator::submit_next_level(const CallableHandle& callable, TaskArgs args,
+inline SubmitResult OrchestratorBase::submit_next_level(const CallableHandle& callable, TaskArgs args,
                                              const CallConfig& config, WorkerId worker) {
   return submit(Role::NextLevel, callable, std::span<const TaskArgs>(&args, 1), config,
                 std::span<const WorkerId>(&worker, 1), "submit_next_level");
 }
 
-SubmitResult Orchestrator::submit_next_level_group(const CallableHandle& callable,
+inline SubmitResult OrchestratorBase::submit_next_level_group(const CallableHandle& callable,
                                                    std::vector<TaskArgs> args,
                                                    const CallConfig& config,
                                                    std::vector<WorkerId> workers) {
   return submit(Role::NextLevel, callable, args, config, workers, "submit_next_level_group");
 }
 
-SubmitResult Orchestrator::submit_sub(const CallableHandle& callable, TaskArgs args,
+inline SubmitResult OrchestratorBase::submit_sub(const CallableHandle& callable, TaskArgs args,
                                       WorkerId worker) {
   return submit(Role::Sub, callable, std::span<const TaskArgs>(&args, 1), default_call_config(),
                 std::span<const WorkerId>(&worker, 1), "submit_sub");
 }
 
-SubmitResult Orchestrator::submit_sub(const CallableHandle& callable, TaskArgs args,
+inline SubmitResult OrchestratorBase::submit_sub(const CallableHandle& callable, TaskArgs args,
                                       const CallConfig& config, WorkerId worker) {
   return submit(Role::Sub, callable, std::span<const TaskArgs>(&args, 1), config,
                 std::span<const WorkerId>(&worker, 1), "submit_sub");
 }
 
-SubmitResult Orchestrator::submit_sub_group(const CallableHandle& callable,
+inline SubmitResult OrchestratorBase::submit_sub_group(const CallableHandle& callable,
                                             std::vector<TaskArgs> args,
                                             std::vector<WorkerId> workers,
                                             const CallConfig& config) {
   return submit(Role::Sub, callable, args, config, workers, "submit_sub_group");
 }
 
-namespace {
+namespace detail {
 // Key space of a tensor: host memory is one space; memory owned by a next-level child is keyed
 // per child, since the same device address recurs on every chip.
-std::uint64_t space_of(const ContinuousTensor& t, WorkerId target) noexcept {
+inline std::uint64_t space_of(const ContinuousTensor& t, WorkerId target) noexcept {
   return t.child_memory != 0 ? static_cast<std::uint64_t>(target) + 1 : 0;
 }
-}  // namespace
+}  // namespace detail
 
-SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
+inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& callable,
                                   std::span<const TaskArgs> members, const CallConfig& config,
                                   std::span<const WorkerId> targets, const char* api) {
   check_open(api);
@@ -245,7 +269,7 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
                     "submit_sub, or register an orchestration/chip callable",
                     api, entry.name));
   }
-  check_targets(role, members.size(), targets, api);
+  check_targets(role, entry, members.size(), targets, api);
   const bool custom_config = &config != &default_call_config();
   if (custom_config) config.validate();
 
@@ -282,7 +306,8 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
     throw;
   }
   Slot& s = *sp;
-  s.kind = role == Role::Sub ? detail::TaskKind::Sub : detail::TaskKind::NextLevel;
+  s.role = role;
+  s.callable_kind = entry.kind;
   s.callable_index = callable.index;
   s.digest = callable.digest;
   s.run_id = core_.run.id();
@@ -335,7 +360,7 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
   s.consumers.store(nullptr, std::memory_order_relaxed);
   s.poisoned.store(false, std::memory_order_relaxed);
   s.failed.store(false, std::memory_order_relaxed);
-  s.state.store(SlotState::Building, std::memory_order_relaxed);
+  s.state.store(TaskState::Building, std::memory_order_relaxed);
   frames_[static_cast<std::size_t>(depth_ - 1)].push_back(s.id);
 
   // Tags of each member, walked in step with the stored tensors.
@@ -349,7 +374,7 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
       const TensorArgType tag = a.tag(i);
       const std::uint64_t bytes = t.nbytes();
       if (t.data == 0 || bytes == 0 || tag == TensorArgType::NoDep) continue;
-      const std::uint64_t space = space_of(t, target);
+      const std::uint64_t space = detail::space_of(t, target);
       const std::uint64_t begin = t.data;
       const std::uint64_t end = t.data + bytes;
       if (tag == TensorArgType::Input || tag == TensorArgType::InOut) {
@@ -370,7 +395,7 @@ SubmitResult Orchestrator::submit(Role role, const CallableHandle& callable,
   return result;
 }
 
-void Orchestrator::infer_and_wire(Slot& s) {
+inline void OrchestratorBase::infer_and_wire(Slot& s) {
   auto& ps = scratch_producers_;
   if (ps.size() > 1) {
     std::sort(ps.begin(), ps.end());
@@ -426,28 +451,28 @@ void Orchestrator::infer_and_wire(Slot& s) {
   }
 }
 
-void Orchestrator::publish(Slot& s) {
+inline void OrchestratorBase::publish(Slot& s) {
   // No edge was linked: no other thread knows this slot yet, so the wiring hold can be dropped
   // without an atomic read-modify-write.
   if (s.producers.empty()) {
     s.pending.store(0, std::memory_order_relaxed);
-    s.state.store(SlotState::Ready, std::memory_order_relaxed);
+    s.state.store(TaskState::Ready, std::memory_order_relaxed);
     core_.ready_inbox.push(&s);  // seq_cst: publishes the task data
     core_.notify_scheduler();
     return;
   }
-  s.state.store(SlotState::Pending, std::memory_order_relaxed);
+  s.state.store(TaskState::Pending, std::memory_order_relaxed);
   // Dropping the wiring hold: if every producer already finished, this makes the task ready.
   // acq_rel: acquire pairs with producers' decrements (their poison flags), release publishes
   // the task data to the scheduler (the inbox push is seq_cst as well).
   if (s.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    s.state.store(SlotState::Ready, std::memory_order_relaxed);
+    s.state.store(TaskState::Ready, std::memory_order_relaxed);
     core_.ready_inbox.push(&s);
     core_.notify_scheduler();
   }
 }
 
-detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t bytes,
+inline detail::HeapRing::Allocation OrchestratorBase::heap_alloc(int ring, std::size_t bytes,
                                                       const char* api) {
   detail::HeapRing& h = heaps_[static_cast<std::size_t>(ring)];
   if (h.size() == 0 || bytes > h.size()) {
@@ -501,7 +526,7 @@ detail::HeapRing::Allocation Orchestrator::heap_alloc(int ring, std::size_t byte
   }
 }
 
-ContinuousTensor Orchestrator::alloc(std::span<const std::uint32_t> shape, DataType dtype) {
+inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> shape, DataType dtype) {
   check_open("alloc");
   check_run_deadline();
   ContinuousTensor t = make_tensor(nullptr, shape, dtype);
@@ -530,14 +555,14 @@ ContinuousTensor Orchestrator::alloc(std::span<const std::uint32_t> shape, DataT
   s.poisoned.store(false, std::memory_order_relaxed);
   s.failed.store(false, std::memory_order_relaxed);
   s.consumers.store(detail::closed_list(), std::memory_order_relaxed);
-  s.state.store(SlotState::Completed, std::memory_order_relaxed);
+  s.state.store(TaskState::Completed, std::memory_order_relaxed);
   tmap_.insert(0, t.data, t.data + bytes, s.id);
   s.outputs.push_back({0, t.data, t.data + bytes});
   frames_[static_cast<std::size_t>(depth_ - 1)].push_back(s.id);
   return t;
 }
 
-void Orchestrator::scope_begin() {
+inline void OrchestratorBase::scope_begin() {
   check_owner("scope_begin");
   if (depth_ >= kMaxScopeDepth) {
     throw UsageError(fmt::format(
@@ -554,7 +579,7 @@ void Orchestrator::scope_begin() {
   }
 }
 
-void Orchestrator::scope_end() {
+inline void OrchestratorBase::scope_end() {
   check_owner("scope_end");
   if (depth_ <= 1) {
     throw UsageError("Orchestrator::scope_end: no scope is open (scope_end without scope_begin)");
@@ -566,11 +591,11 @@ void Orchestrator::scope_end() {
   drain_retired();
 }
 
-void Orchestrator::release_ref(Slot& s) noexcept {
+inline void OrchestratorBase::release_ref(Slot& s) noexcept {
   if (s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) retire(s);
 }
 
-void Orchestrator::retire(Slot& s) noexcept {
+inline void OrchestratorBase::retire(Slot& s) noexcept {
   for (const auto& o : s.outputs) tmap_.erase_owned(o.space, o.begin, o.end, s.id);
   if (s.heap_ring >= 0) heaps_[static_cast<std::size_t>(s.heap_ring)].release(s.heap_seq);
   s.heap_ring = -1;
@@ -579,11 +604,11 @@ void Orchestrator::retire(Slot& s) noexcept {
   s.edges.clear();
   s.members_done = 0;
   s.group_outcome = Outcome::Success;
-  s.state.store(SlotState::Free, std::memory_order_relaxed);
+  s.state.store(TaskState::Free, std::memory_order_relaxed);
   core_.pool.free(s);
 }
 
-void Orchestrator::drain_retired() noexcept {
+inline void OrchestratorBase::drain_retired() noexcept {
   for (Slot* s = core_.retire_inbox.take_fifo(); s != nullptr;) {
     Slot* n = s->next;
     retire(*s);
@@ -591,14 +616,14 @@ void Orchestrator::drain_retired() noexcept {
   }
 }
 
-void Orchestrator::begin_run() {
+inline void OrchestratorBase::begin_run() {
   owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   in_run_.store(true, std::memory_order_release);
   depth_ = 0;
   scope_begin();
 }
 
-int Orchestrator::finish_run() noexcept {
+inline int OrchestratorBase::finish_run() noexcept {
   const int left_open = depth_ - 1;
   while (depth_ > 0) {
     --depth_;

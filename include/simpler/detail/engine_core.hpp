@@ -1,0 +1,195 @@
+// simpler::detail::EngineCore — state shared by the Orchestrator, the Scheduler and the lanes of
+// one Worker.
+//
+// None of this depends on the lane types. The hand-offs:
+//   Orchestrator --ready_inbox--> Scheduler --LaneCore::post--> lane thread
+//   lane thread --done stack--> Scheduler --retire_inbox--> Orchestrator
+// Each arrow is a lock-free stack plus an EventCount, so an idle receiver sleeps and a busy one
+// is never woken by a syscall.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "simpler/error.hpp"
+#include "simpler/detail/deadline.hpp"
+#include "simpler/detail/event_count.hpp"
+#include "simpler/detail/lane_core.hpp"
+#include "simpler/detail/registry.hpp"
+#include "simpler/detail/slot.hpp"
+
+namespace simpler::detail {
+
+/// Tunables shared by the engine's threads.
+struct EngineTiming {
+  std::chrono::nanoseconds spin{std::chrono::microseconds(20)};  ///< spin before sleeping
+  std::chrono::milliseconds heap_wait{10'000};  ///< longest wait for heap ring space
+  std::chrono::milliseconds idle_tick{200};     ///< scheduler's liveness-check period
+  std::chrono::milliseconds task_timeout{0};    ///< default task deadline; 0 = none
+};
+
+/// Per-run state: the first error and the cancellation flag.
+class RunState {
+ public:
+  void begin(std::uint32_t id) {
+    std::lock_guard lk(mu_);
+    id_ = id;
+    first_error_ = nullptr;
+    failed_.store(false, std::memory_order_relaxed);
+    cancelled_.store(false, std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint32_t id() const noexcept { return id_; }
+  /// Records `e` if it is the run's first error (thread-safe).
+  void fail(std::exception_ptr e) {
+    std::lock_guard lk(mu_);
+    if (!first_error_) first_error_ = std::move(e);
+    failed_.store(true, std::memory_order_release);
+  }
+  [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::exception_ptr first_error() const {
+    std::lock_guard lk(mu_);
+    return first_error_;
+  }
+  void cancel() noexcept { cancelled_.store(true, std::memory_order_release); }
+  [[nodiscard]] bool cancelled() const noexcept {
+    return cancelled_.load(std::memory_order_acquire);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::uint32_t id_ = 0;
+  std::exception_ptr first_error_;
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> cancelled_{false};
+};
+
+/// Everything the three components share.
+struct EngineCore {
+  int level = 3;
+  EngineTiming timing;
+  const CallableRegistry* registry = nullptr;  ///< for naming callables in messages
+  /// The current run's deadline on the steady clock (ns), 0 = none. Written by the run's thread
+  /// before its first submit and after its fence (relaxed: the inbox hand-off orders it). Read
+  /// per task by every engine thread, so it has a cache line of its own: nothing written per
+  /// task (the slot pool's counters, the hand-off stacks) may share it.
+  alignas(64) std::atomic<std::int64_t> run_deadline_ns{0};
+  /// Its length, for messages (relaxed: read only for messages, by any engine thread).
+  std::atomic<std::uint32_t> run_timeout_ms{0};
+  alignas(64) SlotPool pool;
+  RunState run;
+
+  SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: slots whose producers are all done
+  LaneStack done;         ///< lanes -> Scheduler: finished tasks
+  EventCount sched_wake;  ///< Scheduler sleeps here
+  std::atomic<bool> stop{false};
+
+  SlotStack retire_inbox;  ///< Scheduler -> Orchestrator: slots whose last reference dropped
+  EventCount orch_wake;    ///< the Orchestrator sleeps here (heap full, run drain)
+  /// Set by the Orchestrator while it waits for heap space: only then is each retirement worth
+  /// a wakeup. Otherwise it collects retirements when it next submits.
+  std::atomic<bool> heap_waiting{false};
+  /// Set by the Scheduler when it has nothing queued and no lane busy (then every published
+  /// task has finished); cleared before it takes new work. The run's fence waits for it.
+  std::atomic<bool> sched_idle{false};
+  static constexpr std::uint32_t kRetireBatch = 32;
+  std::atomic<std::uint32_t> retired_since_wake{0};
+  /// Lanes currently running a task the scheduler did not post (a successor they made ready
+  /// themselves). The run's fence waits for this to be 0 as well.
+  std::atomic<std::uint32_t> lane_local{0};
+
+  /// Next-level and sub lanes by WorkerId (ids are positions).
+  std::vector<LaneCore*> next_level;
+  std::vector<LaneCore*> subs;
+
+  void notify_scheduler() noexcept { sched_wake.notify_all(); }
+
+  /// Drops one reference on `s`; when it was the last, hands the slot to the Orchestrator to
+  /// retire (it owns the TensorMap, the heap rings and the free list). Any thread but the
+  /// Orchestrator's.
+  void release_ref(Slot& s) noexcept {
+    if (s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      s.state.store(TaskState::Consumed, std::memory_order_relaxed);
+      retire_inbox.push(&s);
+      // Batched: waking the Orchestrator for every freed slot would make it ping-pong one
+      // allocation at a time. The scheduler also wakes it when it goes idle.
+      if (heap_waiting.load(std::memory_order_seq_cst) &&
+          retired_since_wake.fetch_add(1, std::memory_order_relaxed) + 1 >= kRetireBatch) {
+        retired_since_wake.store(0, std::memory_order_relaxed);
+        orch_wake.notify_all();
+      }
+    }
+  }
+
+  /// Records that the run passed its deadline (a TimeoutError, unless the run already failed)
+  /// and cancels it: tasks not started are skipped. Any thread.
+  void fail_run_deadline() noexcept {
+    try {
+      run.fail(std::make_exception_ptr(TimeoutError(fmt::format(
+          "L{} Worker::run: the run passed its deadline of {} ms (the CallConfig::timeout given "
+          "to run(), else WorkerOptions::run_timeout); tasks not started were skipped and running "
+          "ones were stopped",
+          level, run_timeout_ms.load(std::memory_order_relaxed)))));
+    } catch (...) {
+      run.fail(std::current_exception());
+    }
+    run.cancel();
+  }
+  /// The name of a task's callable, for messages ("<unknown callable>" when it cannot say).
+  std::string callable_name(const Slot& s) const noexcept;
+
+  /// Records a failed task as the run's error (the first one wins). Any thread.
+  void fail_run(Outcome outcome, const std::string& worker, const std::string& callable,
+                const std::string& message, ErrorKind kind = ErrorKind::Other,
+                std::int32_t code = 0) noexcept {
+    try {
+      run.fail(std::make_exception_ptr(
+          TaskError(outcome, level, worker, callable, message, kind, code)));
+    } catch (...) {
+      // Building the error ran out of memory: still fail the run, with what we have.
+      run.fail(std::current_exception());
+    }
+  }
+
+  /// Ends a task: publishes its outcome, closes its consumer list (poisoning the consumers when
+  /// it did not succeed), then drops the references it held and its own. Calls
+  /// `on_ready(consumer)` for each consumer this made ready. Safe on any engine thread except
+  /// the Orchestrator's; `s` must not be touched afterwards.
+  template <class OnReady>
+  void complete(Slot& s, bool failed, OnReady&& on_ready) noexcept {
+    s.state.store(failed ? TaskState::Failed : TaskState::Completed, std::memory_order_relaxed);
+    s.failed.store(failed, std::memory_order_relaxed);  // published by the exchange below
+    Edge* e = s.consumers.exchange(closed_list(), std::memory_order_acq_rel);
+    while (e != nullptr) {
+      Edge* next = e->next;  // read before the consumer may move on
+      Slot& c = pool.at(e->consumer);
+      if (failed) c.poisoned.store(true, std::memory_order_relaxed);
+      // acq_rel: release publishes `poisoned`; acquire sees the other releasers' flags.
+      if (c.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) on_ready(c);
+      e = next;
+    }
+    for (TaskSlot p : s.producers) release_ref(pool.at(p));
+    release_ref(s);  // last touch of `s`
+  }
+};
+
+}  // namespace simpler::detail
+
+namespace simpler::detail {
+
+inline std::string EngineCore::callable_name(const Slot& s) const noexcept {
+  try {
+    if (registry != nullptr) return registry->name_of(s.digest, s.callable_index);
+    return fmt::format("<callable {:#018x}>", s.digest);
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace simpler::detail

@@ -1,0 +1,103 @@
+// simpler::detail::LaneCore — the scheduler-facing half of a lane (a WorkerThread): the post
+// ring, the result ring, the wake word and the deadline watch. Not a template, so the scheduler's
+// hot path touches no lane-type-specific code.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "simpler/callable.hpp"
+#include "simpler/error.hpp"
+#include "simpler/detail/event_count.hpp"
+#include "simpler/detail/intrusive_stack.hpp"
+#include "simpler/detail/slot.hpp"
+
+namespace simpler::detail {
+
+/// The scheduler-facing half of a lane (a WorkerThread). Not a template, so the scheduler's hot
+/// path touches no lane-type-specific code.
+///
+/// A lane holds up to kDepth posted tasks (an SPSC ring: the scheduler produces, the lane thread
+/// consumes), so a lane that finishes a task usually finds the next one already there instead of
+/// waiting for a round trip through the scheduler. Results go back through a second ring indexed
+/// the same way; the lane puts itself on the scheduler's done stack once per batch.
+struct LaneCore {
+  static constexpr std::uint32_t kDepth = 8;
+
+  LaneCore(Role r, WorkerId i, std::string n) : role(r), id(i), name(std::move(n)) {}
+  LaneCore(const LaneCore&) = delete;
+  LaneCore& operator=(const LaneCore&) = delete;
+
+  const Role role;
+  const WorkerId id;
+  const std::string name;  ///< "sub worker 0", used in error messages
+  /// The callable kinds its leaf runs (kind_bit mask): the Orchestrator refuses a task directed
+  /// at a lane that cannot run it, and the scheduler gives shared work only to lanes that can.
+  std::uint8_t runs = kAllCallableKinds;
+
+  struct Posted {  // 8 bytes: eight fit one cache line
+    TaskSlot slot;
+    std::uint32_t member : 31;
+    std::uint32_t watched : 1;  ///< the scheduler watches its deadline (counted in `timed`)
+  };
+  struct Result {
+    Outcome outcome = Outcome::Success;
+    Fault fault;                     ///< what failed (message buffer reused)
+    std::string callable;            ///< failing callable's name
+    bool completed_by_lane = false;  ///< the lane completed the task itself (singles)
+  };
+
+  // ---- Scheduler-private.
+  std::uint32_t inflight = 0;   ///< posted and not yet collected
+  std::uint32_t staged = 0;     ///< ring entries written; published to `posted` per dispatch pass
+  std::uint32_t collected = 0;  ///< results taken so far
+  bool reserved = false;
+  std::uint32_t index = 0;         ///< position in the scheduler's lane table of this role
+  std::uint32_t timed = 0;         ///< posted tasks whose deadline the scheduler watches
+  std::uint32_t timed_min_ms = 0;  ///< smallest timeout among them (0 = only the run's)
+  [[nodiscard]] bool idle() const noexcept { return inflight == 0; }
+  /// Set at construction: the transport does not enforce deadlines, the scheduler watches them.
+  bool watched = false;
+
+  // ---- Scheduler -> lane: ring[i % kDepth] is written, then `posted` (seq_cst) publishes it.
+  std::array<Posted, kDepth> ring{};
+  std::atomic<std::uint32_t> posted{0};
+  std::atomic<bool> stopping{false};
+  /// Set by the lane when its child is gone for good; the scheduler then stops giving it shared
+  /// work (tasks directed at it still go there and fail at once).
+  std::atomic<bool> dead{false};
+  /// Set by the scheduler when it abandoned the lane (its thread overran a deadline): nothing
+  /// is posted to it again; its thread is detached, not joined, at shutdown.
+  std::atomic<bool> lost{false};
+  EventCount wake;
+
+  // ---- Deadline watch, for lanes whose transport cannot stop its child (a thread). Before such
+  // a lane runs a task with a deadline (always its oldest ring entry: see runnable_here) it
+  // stores watch_deadline_ns, then `watch` = (seq << 2) | kWatchRunning (release); afterwards it
+  // CASes that word back to (seq << 2). The scheduler, past the deadline, CASes kWatchAbandoned
+  // into the running word: whichever CAS wins decides whether the lane or the scheduler
+  // completes the task. A lane that loses exits its thread without touching the engine again
+  // (the lane is `lost`). What ran and why is derived from the ring entry and the deadline.
+  static constexpr std::uint64_t kWatchRunning = 1;
+  static constexpr std::uint64_t kWatchAbandoned = 2;
+  std::atomic<std::uint64_t> watch{0};
+  // Relaxed: written before the release store of `watch`, read after its acquire load and
+  // validated by the scheduler's CAS on it (a lane moves on only after its own CAS).
+  std::atomic<std::int64_t> watch_deadline_ns{0};
+
+  // ---- Lane -> scheduler: results[i % kDepth] is written, then `completed` (seq_cst) publishes
+  // it. `queued` says the lane is on the done stack; the lane pushes itself only when it flips
+  // queued false -> true, the scheduler clears it before reading `completed` (both seq_cst, so a
+  // completion published after the clear is either seen or re-pushes the lane).
+  std::array<Result, kDepth> results;
+  std::atomic<std::uint32_t> completed{0};
+  std::atomic<bool> queued{false};
+  LaneCore* next_done = nullptr;
+};
+
+/// Lanes with results to collect (each lane is on it at most once: see LaneCore::queued).
+using LaneStack = IntrusiveStack<LaneCore, &LaneCore::next_done>;
+
+}  // namespace simpler::detail
