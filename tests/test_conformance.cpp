@@ -1,6 +1,8 @@
-// One conformance suite, run over every local transport: the engine gives the same results
-// whether sub workers are threads (ThreadTransport) or forked processes (ForkShmTransport).
-// Everything a task writes lives in shared memory (SharedArena, heap rings).
+// One conformance suite, run over transport types: the engine gives the same results whether
+// sub workers are threads (ThreadTransport), forked processes (ForkShmTransport) or a transport
+// from outside the library (the test's PumpedTransport, pumped on a background thread). Each
+// instantiates BasicWorker over its own lane set. Everything a task writes lives in shared
+// memory (SharedArena, heap rings).
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -8,18 +10,45 @@
 
 #include <simpler/simpler.hpp>
 
-#include "support/child_modes.hpp"
 #include "support/dag_program.hpp"
+#include "support/pumped_transport.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
 
 using namespace simpler;
 using namespace simpler::testing;
 
+namespace {
+
+/// A Worker whose sub workers are reached through transport T, and whatever T needs running
+/// alongside (a pump for the test transport).
+template <class T>
+struct OnTransport {
+  using W = BasicWorker<WorkerThread<T, SubWorker>>;
+  static WorkerOptions options(int subs) {
+    WorkerOptions o = thread_options(subs);
+    o.child_mode = T::kChildMode;
+    return o;
+  }
+};
+template <class T>
+struct Helper {
+  explicit Helper() = default;
+};
+template <int Tag>
+struct Helper<PumpedTransport<Tag>> {
+  Pumper pumper{PumpedTransport<Tag>::pump()};
+};
+
+using Pumped = PumpedTransport<100>;
+
+}  // namespace
+
 TEMPLATE_TEST_CASE("random tagged DAGs match the oracle on every transport", "[conformance][dag]",
-                   InThreads, InProcesses) {
+                   ThreadTransport, ForkShmTransport, Pumped) {
   SharedArena arena;  // mapped before init() forks the sub workers
-  Worker w(options_for<TestType>(2));
+  [[maybe_unused]] Helper<TestType> helper;
+  typename OnTransport<TestType>::W w(OnTransport<TestType>::options(2));
   const auto kernel = w.register_sub("dag", dag_kernel);
   const auto snap = w.register_sub("snapshot", dag_snapshot_kernel);
   w.init();
@@ -35,12 +64,13 @@ TEMPLATE_TEST_CASE("random tagged DAGs match the oracle on every transport", "[c
 }
 
 TEMPLATE_TEST_CASE("a failing task skips its cone and names itself on every transport",
-                   "[conformance][failure]", InThreads, InProcesses) {
+                   "[conformance][failure]", ThreadTransport, ForkShmTransport, Pumped) {
   SharedArena arena;
   auto& downstream = arena.one<std::atomic<int>>(0);
   auto& independent = arena.one<std::atomic<int>>(0);
   auto buf = arena.make<std::int64_t>(4, 0);
-  Worker w(options_for<TestType>(2));
+  [[maybe_unused]] Helper<TestType> helper;
+  typename OnTransport<TestType>::W w(OnTransport<TestType>::options(2));
   auto boom = w.register_sub("failing_step",
                              [](TaskArgsView) { throw std::runtime_error("calibration drifted"); });
   auto after = w.register_sub("after", [&downstream](TaskArgsView) { ++downstream; });
@@ -50,7 +80,7 @@ TEMPLATE_TEST_CASE("a failing task skips its cone and names itself on every tran
     return make_tensor(&buf[static_cast<std::size_t>(i)], {1}, DataType::Int64);
   };
   try {
-    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
       // Independent work first, so the failure cannot make these submits throw.
       for (int i = 0; i < 8; ++i)
         o.submit_sub(other, TaskArgs().add_tensor(t(3), TensorArgType::InOut));
@@ -68,15 +98,16 @@ TEMPLATE_TEST_CASE("a failing task skips its cone and names itself on every tran
   CHECK(downstream == 0);
   CHECK(independent == 8);
   // The next run is clean.
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(other); });
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { o.submit_sub(other); });
   CHECK(independent == 9);
 }
 
 TEMPLATE_TEST_CASE("heap-ring outputs written by a task are read by the next on every transport",
-                   "[conformance][alloc]", InThreads, InProcesses) {
+                   "[conformance][alloc]", ThreadTransport, ForkShmTransport, Pumped) {
   SharedArena arena;
   auto sum = arena.make<std::int64_t>(1, 0);
-  Worker w(options_for<TestType>(2));
+  [[maybe_unused]] Helper<TestType> helper;
+  typename OnTransport<TestType>::W w(OnTransport<TestType>::options(2));
   auto fill = w.register_sub("fill", [](TaskArgsView v) {
     auto* p = v.tensor(0).as<std::int64_t>();
     for (int i = 0; i < 100; ++i) p[i] = i;
@@ -88,7 +119,7 @@ TEMPLATE_TEST_CASE("heap-ring outputs written by a task are read by the next on 
     *v.tensor(1).as<std::int64_t>() = s;
   });
   w.init();
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     const auto r = o.submit_sub(
         fill,
         TaskArgs().add_tensor(make_tensor(nullptr, {100}, DataType::Int64), TensorArgType::Output));

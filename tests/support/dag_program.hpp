@@ -197,7 +197,7 @@ std::vector<std::int64_t> run_engine(W& w, const CallableHandle& kernel, const C
   DagState st(p, arena);
   const std::size_t n = static_cast<std::size_t>(p.values) * kValueElems + p.accums;
   std::span<std::int64_t> result = st.arena.make<std::int64_t>(n, -2);
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       SubmitResult r = o.submit_sub(kernel, dag_args(p, st, i, true));
       const DagOp& op = p.ops[i];
