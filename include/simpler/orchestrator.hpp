@@ -6,9 +6,10 @@
 // it to the Scheduler once its producers are done; it never waits for the task itself. It blocks
 // only when a heap ring is full (up to WorkerOptions::heap_wait).
 //
-// Why a concrete class rather than a template over the lane types: nothing it does depends on
-// them (it validates worker ids against the lane table and pushes slot ids), and users name it in
-// the signature of their orchestration functions, which must be the same type at every level.
+// The type an orchestration function receives is BasicOrchestrator<Lanes...> (below), the one of
+// its Worker's lane set; simpler::Orchestrator is the default Worker's. The API lives in
+// OrchestratorBase, which does not depend on the lane types: code meant for any Worker takes
+// OrchestratorBase&.
 #pragma once
 
 #include <array>

@@ -19,7 +19,7 @@
 
 namespace simpler::detail {
 
-/// futex(2) wrappers (lib/futex.cpp). wait returns false on timeout; spurious wakeups are
+/// futex(2) wrappers (futex.ipp). wait returns false on timeout; spurious wakeups are
 /// possible, callers re-check. A negative timeout waits without limit.
 bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 std::chrono::nanoseconds timeout, bool shared) noexcept;
