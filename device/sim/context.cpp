@@ -44,6 +44,17 @@ int Context::fail(int status, std::string message) {
   return status;
 }
 
+void Context::latch(int status, std::string message) {
+  int expected = 0;
+  if (run_status_.compare_exchange_strong(expected, status, std::memory_order_seq_cst)) {
+    std::lock_guard lk(msg_mu);
+    run_message = std::move(message);
+  }
+  notify_schedulers();
+  notify_progress();
+  done_event.notify_all();
+}
+
 int Context::init(std::int32_t id, const simpler_init_options* opts) {
   if (finalised) return fail(SIMPLER_ERR_FINALISED, "the context was finalised; create a new one");
   if (initialised) {

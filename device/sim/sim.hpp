@@ -120,6 +120,25 @@ struct alignas(64) SlotState {
   std::uint64_t dep_pool_mark = 0;
 };
 
+/// The slot lock: held for a handful of instructions (state change, list splice, ref count).
+class SlotLock {
+ public:
+  explicit SlotLock(SlotState& s) noexcept : s_(s) {
+    for (int spins = 0; s_.lock.exchange(1, std::memory_order_acquire) != 0; ++spins) {
+      if (spins < 64)
+        detail::cpu_relax();
+      else
+        std::this_thread::yield();
+    }
+  }
+  SlotLock(const SlotLock&) = delete;
+  SlotLock& operator=(const SlotLock&) = delete;
+  ~SlotLock() { s_.lock.store(0, std::memory_order_release); }
+
+ private:
+  SlotState& s_;
+};
+
 /// The cold record of a task: what its kernels receive, and the producers it holds.
 struct Payload {
   std::int32_t tensor_count = 0;
@@ -157,6 +176,17 @@ struct DepEntry {
   std::uint64_t consumer;
   std::uint64_t next;  ///< link: ring << 56 | (linear index + 1); 0 = end
 };
+
+/// The link to entry `linear` of `ring`'s dependency-list pool (never 0).
+[[nodiscard]] inline std::uint64_t dep_link(std::uint32_t ring, std::uint64_t linear) noexcept {
+  return (std::uint64_t{ring} << 56) | (linear + 1);
+}
+[[nodiscard]] inline std::uint32_t dep_link_ring(std::uint64_t link) noexcept {
+  return static_cast<std::uint32_t>(link >> 56);
+}
+[[nodiscard]] inline std::uint64_t dep_link_linear(std::uint64_t link) noexcept {
+  return (link & ((std::uint64_t{1} << 56) - 1)) - 1;
+}
 
 /// Per ring: the task window's counters, the heap bump pointer and the dependency-list pool.
 struct alignas(64) RingControl {
@@ -233,11 +263,42 @@ struct ArenaHeader {
   ScopeStack scopes;
 };
 
+/// True when task `id` retired: its ring's oldest live task is younger.
+[[nodiscard]] inline bool retired(const ArenaHeader& h, std::uint64_t id) noexcept {
+  return local_of(id) < h.rings[ring_of(id)].last_alive.load(std::memory_order_seq_cst);
+}
+
 ArenaLayout reserve_layout(const Sizing& s);
 /// Writes every data field of a fresh arena image at `base` (zeroes, queue sequence ramps).
 void init_arena_data(std::byte* base, const ArenaLayout& layout, const Sizing& s);
 /// Points every arena-internal pointer at `base` + its offset. Idempotent.
 void wire_arena_pointers(std::byte* base);
+
+// ---- resource waits ---------------------------------------------------------------------------
+
+/// The wall-clock backstop of a resource wait: it expires `limit` after the watched value (a
+/// retirement counter, a pool tail) last moved.
+template <class T>
+class Backstop {
+ public:
+  Backstop(T initial, std::chrono::milliseconds limit)
+      : seen_(initial), last_change_(Clock::now()), limit_(limit) {}
+  /// Records the value's current state; true once it has not moved for `limit`.
+  bool expired(T now_value) {
+    if (now_value != seen_) {
+      seen_ = now_value;
+      last_change_ = Clock::now();
+      return false;
+    }
+    return Clock::now() >= deadline();
+  }
+  [[nodiscard]] Clock::time_point deadline() const { return last_change_ + limit_; }
+
+ private:
+  T seen_;
+  Clock::time_point last_change_;
+  std::chrono::milliseconds limit_;
+};
 
 // ---- cores --------------------------------------------------------------------------------------
 
@@ -319,10 +380,13 @@ class Context {
   [[nodiscard]] bool fatal() const noexcept {
     return run_status_.load(std::memory_order_seq_cst) != 0;
   }
-  void notify_schedulers() noexcept;
-  void notify_progress() noexcept;
+  void notify_schedulers() noexcept {
+    for (auto& w : sched_wake) w.notify_all();
+  }
+  void notify_progress() noexcept { progress_event.notify_all(); }
 
-  // Orchestrator side (orchestrator.cpp)
+  // Orchestrator side (orchestrator.cpp; ring allocation in rings.cpp, the TensorMap in
+  // tensor_map.cpp)
   std::uint64_t submit(simpler_mixed_kernels k, const simpler_task_builder* b,
                        simpler_chip_tensor* outputs);
   void scope_begin();
@@ -344,12 +408,22 @@ class Context {
   /// Sleeps until the next launch (true) or until the context stops (false).
   bool wait_for_launch(std::uint32_t& seen);
 
-  // Shared helpers (orchestrator.cpp)
+  // Task lifecycle, shared by the orchestrator and the schedulers (rings.cpp)
   /// True when `id` names a task (or alloc) this run created: a ring that exists and a local id
   /// below the ring's counter. Anything else (a forged or stale owner_task) must not be looked up.
-  [[nodiscard]] bool created_in_run(std::uint64_t id) const noexcept;
-  SlotState& slot_of(std::uint64_t id) noexcept;
-  Payload& payload_of(std::uint64_t id) noexcept;
+  [[nodiscard]] bool created_in_run(std::uint64_t id) const noexcept {
+    const std::uint32_t ring = ring_of(id);
+    return ring < static_cast<std::uint32_t>(kRings) &&
+           local_of(id) < header().rings[ring].current.load(std::memory_order_relaxed);
+  }
+  SlotState& slot_of(std::uint64_t id) noexcept {
+    RingControl& rc = header().rings[ring_of(id)];
+    return rc.slots[local_of(id) & rc.mask];
+  }
+  Payload& payload_of(std::uint64_t id) noexcept {
+    RingControl& rc = header().rings[ring_of(id)];
+    return rc.payloads[local_of(id) & rc.mask];
+  }
   void release_ref(std::uint64_t id) noexcept;  ///< drop one reference; consume at zero
   /// COMPLETED, ready consumers, release fanin. With `pushed`, readied consumers are queued
   /// without waking the schedulers (the caller, a scheduler, dispatches or notifies after).
