@@ -148,7 +148,7 @@ SIMPLER_EXPORT void simpler_destroy_context(simpler_device_context* ctx) {
   static_cast<void>(c->finalize());
   // A broken context still has a thread inside user code that will touch it when it returns:
   // leave it allocated (documented in device_abi.h).
-  if (!c->broken.load()) {
+  if (!c->outcome.broken.load()) {
     delete c;
     return;
   }
@@ -169,7 +169,7 @@ SIMPLER_EXPORT int simpler_finalize(simpler_device_context* ctx) {
 }
 
 SIMPLER_EXPORT const char* simpler_last_error(const simpler_device_context* ctx) {
-  return ctx == nullptr ? "NULL device context" : as_ctx(ctx)->last_error.c_str();
+  return ctx == nullptr ? "NULL device context" : as_ctx(ctx)->life.last_error.c_str();
 }
 
 SIMPLER_EXPORT int simpler_get_stats(const simpler_device_context* ctx,

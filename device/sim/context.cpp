@@ -36,30 +36,31 @@ std::string dl_error() {
 Context::Context() = default;
 
 Context::~Context() {
-  if (initialised && !finalised) static_cast<void>(finalize());
+  if (life.initialised && !life.finalised) static_cast<void>(finalize());
 }
 
 int Context::fail(int status, std::string message) {
-  last_error = std::move(message);
+  life.last_error = std::move(message);
   return status;
 }
 
 void Context::latch(int status, std::string message) {
   int expected = 0;
-  if (run_status_.compare_exchange_strong(expected, status, std::memory_order_seq_cst)) {
-    std::lock_guard lk(msg_mu);
-    run_message = std::move(message);
+  if (outcome.status.compare_exchange_strong(expected, status, std::memory_order_seq_cst)) {
+    std::lock_guard lk(outcome.mu);
+    outcome.message = std::move(message);
   }
   notify_schedulers();
   notify_progress();
-  done_event.notify_all();
+  outcome.done_event.notify_all();
 }
 
 int Context::init(std::int32_t id, const simpler_init_options* opts) {
-  if (finalised) return fail(SIMPLER_ERR_FINALISED, "the context was finalised; create a new one");
-  if (initialised) {
+  if (life.finalised)
+    return fail(SIMPLER_ERR_FINALISED, "the context was finalised; create a new one");
+  if (life.initialised) {
     return fail(SIMPLER_ERR_ALREADY_INITIALISED,
-                fmt::format("the context is already initialised on device {}", device_id));
+                fmt::format("the context is already initialised on device {}", config.device_id));
   }
   if (id < 0) {
     return fail(SIMPLER_ERR_INVALID_ARGUMENT,
@@ -87,60 +88,60 @@ int Context::init(std::int32_t id, const simpler_init_options* opts) {
                             "plus schedulers)",
                             o.aicpu_thread_num, kMaxAicpuThreads));
   }
-  device_id = id;
-  if (o.num_clusters != 0) num_clusters = o.num_clusters;
-  if (o.aicpu_thread_num != 0) default_aicpu_threads = o.aicpu_thread_num;
+  config.device_id = id;
+  if (o.num_clusters != 0) config.num_clusters = o.num_clusters;
+  if (o.aicpu_thread_num != 0) config.default_aicpu_threads = o.aicpu_thread_num;
   if (o.scheduler_timeout_ms != 0)
-    scheduler_timeout = std::chrono::milliseconds(o.scheduler_timeout_ms);
-  if (o.resource_wait_ms != 0) resource_wait = std::chrono::milliseconds(o.resource_wait_ms);
-  if (o.tensor_wait_ms != 0) tensor_wait = std::chrono::milliseconds(o.tensor_wait_ms);
+    config.scheduler_timeout = std::chrono::milliseconds(o.scheduler_timeout_ms);
+  if (o.resource_wait_ms != 0) config.resource_wait = std::chrono::milliseconds(o.resource_wait_ms);
+  if (o.tensor_wait_ms != 0) config.tensor_wait = std::chrono::milliseconds(o.tensor_wait_ms);
 
   install_fault_handler();
-  core_count = 3 * num_clusters;
-  cores = std::make_unique<Core[]>(core_count);
-  for (std::uint32_t k = 0; k < num_clusters; ++k) {
-    Core& aic = cores[k];
+  threads.core_count = 3 * config.num_clusters;
+  threads.cores = std::make_unique<Core[]>(threads.core_count);
+  for (std::uint32_t k = 0; k < config.num_clusters; ++k) {
+    Core& aic = threads.cores[k];
     aic.global = {0, static_cast<std::int32_t>(k), 0, static_cast<std::int32_t>(k)};
     for (std::uint32_t sub = 0; sub < 2; ++sub) {
-      const std::uint32_t idx = num_clusters + 2 * k + sub;
-      cores[idx].global = {static_cast<std::int32_t>(sub), static_cast<std::int32_t>(idx), 1,
-                           static_cast<std::int32_t>(k)};
+      const std::uint32_t idx = config.num_clusters + 2 * k + sub;
+      threads.cores[idx].global = {static_cast<std::int32_t>(sub), static_cast<std::int32_t>(idx),
+                                   1, static_cast<std::int32_t>(k)};
     }
   }
-  orch_rt.base.ops = orch_ops();
-  orch_rt.ctx = this;
+  run.orch_rt.base.ops = orch_ops();
+  run.orch_rt.ctx = this;
   if (const int rc = start_threads(); rc != SIMPLER_OK) return rc;
-  initialised = true;
+  life.initialised = true;
   return SIMPLER_OK;
 }
 
 int Context::finalize() {
-  if (finalised) return SIMPLER_OK;
-  if (!initialised) {
-    finalised = true;
+  if (life.finalised) return SIMPLER_OK;
+  if (!life.initialised) {
+    life.finalised = true;
     return SIMPLER_OK;
   }
-  if (phase == Phase::Running) static_cast<void>(wait_run());
-  if (phase != Phase::Idle) static_cast<void>(finalize_run());
+  if (life.phase == Phase::Running) static_cast<void>(wait_run());
+  if (life.phase != Phase::Idle) static_cast<void>(finalize_run());
   stop_threads();
   for (int id = 0; id < kMaxCallables; ++id) {
-    if (callables[id].registered) static_cast<void>(unregister_callable(id));
+    if (life.callables[id].registered) static_cast<void>(unregister_callable(id));
   }
-  finalised = true;
+  life.finalised = true;
   // A thread stuck in user code still reads the arena, task memory and device buffers when it
   // returns: a broken context keeps them (and itself, see simpler_destroy_context).
-  if (broken.load()) return SIMPLER_OK;
+  if (outcome.broken.load()) return SIMPLER_OK;
   release_arena();
-  std::lock_guard lk(mem_mu);
-  for (auto& [p, n] : blocks) std::free(p);
-  blocks.clear();
-  committed = 0;
+  std::lock_guard lk(memory.mu);
+  for (auto& [p, n] : memory.blocks) std::free(p);
+  memory.blocks.clear();
+  memory.committed = 0;
   return SIMPLER_OK;
 }
 
 void* Context::device_malloc(std::size_t bytes) {
-  if (!initialised || finalised) {
-    fail(finalised ? SIMPLER_ERR_FINALISED : SIMPLER_ERR_NOT_INITIALISED,
+  if (!life.initialised || life.finalised) {
+    fail(life.finalised ? SIMPLER_ERR_FINALISED : SIMPLER_ERR_NOT_INITIALISED,
          "device_malloc needs an initialised context");
     return nullptr;
   }
@@ -157,45 +158,45 @@ void* Context::device_malloc(std::size_t bytes) {
          fmt::format("cannot allocate {} bytes of device memory", bytes));
     return nullptr;
   }
-  std::lock_guard lk(mem_mu);
-  blocks.emplace_back(p, rounded);
-  committed += rounded;
+  std::lock_guard lk(memory.mu);
+  memory.blocks.emplace_back(p, rounded);
+  memory.committed += rounded;
   return p;
 }
 
 int Context::device_free(void* p) {
   if (p == nullptr) return SIMPLER_OK;
-  std::lock_guard lk(mem_mu);
-  const auto it =
-      std::find_if(blocks.begin(), blocks.end(), [p](const auto& b) { return b.first == p; });
-  if (it == blocks.end()) {
+  std::lock_guard lk(memory.mu);
+  const auto it = std::find_if(memory.blocks.begin(), memory.blocks.end(),
+                               [p](const auto& b) { return b.first == p; });
+  if (it == memory.blocks.end()) {
     return fail(
         SIMPLER_ERR_INVALID_ARGUMENT,
         fmt::format("device_free: {} was not returned by device_malloc on this context", p));
   }
-  committed -= it->second;
+  memory.committed -= it->second;
   std::free(it->first);
-  blocks.erase(it);
+  memory.blocks.erase(it);
   return SIMPLER_OK;
 }
 
 int Context::register_callable(std::int32_t id, const simpler_chip_callable_desc* d) {
-  if (finalised) return fail(SIMPLER_ERR_FINALISED, "the context was finalised");
-  if (!initialised)
+  if (life.finalised) return fail(SIMPLER_ERR_FINALISED, "the context was finalised");
+  if (!life.initialised)
     return fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init before registering");
-  if (phase != Phase::Idle) {
+  if (life.phase != Phase::Idle) {
     return fail(SIMPLER_ERR_RUN_ACTIVE, "cannot register a callable while a run is in progress");
   }
   if (id < 0 || id >= kMaxCallables) {
     return fail(SIMPLER_ERR_INVALID_ARGUMENT,
                 fmt::format("callable id {} is outside 0..{}", id, kMaxCallables - 1));
   }
-  if (callables[id].registered) {
+  if (life.callables[id].registered) {
     return fail(
         SIMPLER_ERR_DUPLICATE_CALLABLE,
         fmt::format("callable id {} is already registered (from {}); unregister it first or "
                     "use another id",
-                    id, callables[id].orch_path));
+                    id, life.callables[id].orch_path));
   }
   if (d == nullptr || d->orch_path == nullptr || d->orch_path[0] == '\0') {
     return fail(SIMPLER_ERR_INVALID_ARGUMENT, "the chip callable has no orchestration path");
@@ -269,23 +270,23 @@ int Context::register_callable(std::int32_t id, const simpler_chip_callable_desc
     c.kernels[static_cast<std::size_t>(k.func_id)] = fn;
   }
   c.registered = true;
-  ++n_orch_loads;
-  n_kernel_loads += d->kernel_count;
-  callables[id] = std::move(c);
+  ++counters.orch_loads;
+  counters.kernel_loads += d->kernel_count;
+  life.callables[id] = std::move(c);
   return SIMPLER_OK;
 }
 
 int Context::unregister_callable(std::int32_t id) {
-  if (!initialised) return fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init first");
-  if (phase != Phase::Idle) {
+  if (!life.initialised) return fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init first");
+  if (life.phase != Phase::Idle) {
     return fail(SIMPLER_ERR_RUN_ACTIVE, "cannot unregister a callable while a run is in progress");
   }
-  if (id < 0 || id >= kMaxCallables || !callables[id].registered) {
+  if (id < 0 || id >= kMaxCallables || !life.callables[id].registered) {
     return fail(SIMPLER_ERR_UNKNOWN_CALLABLE, fmt::format("callable id {} is not registered", id));
   }
-  Callable& c = callables[id];
+  Callable& c = life.callables[id];
   // After a kernel got stuck its code may still be running: keep every module mapped.
-  if (!broken.load()) {
+  if (!outcome.broken.load()) {
     for (void* h : c.kernel_handles) ::dlclose(h);
     ::dlclose(c.orch_handle);
   }
@@ -295,21 +296,23 @@ int Context::unregister_callable(std::int32_t id) {
 
 int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
                          const simpler_run_config* cfg) {
-  if (finalised) return fail(SIMPLER_ERR_FINALISED, "the context was finalised; create a new one");
-  if (!initialised) return fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init before running");
-  if (broken.load()) {
-    std::lock_guard lk(msg_mu);
-    return fail(
-        SIMPLER_ERR_CONTEXT_BROKEN,
-        fmt::format("the context is unusable: {}; destroy it and create a new one", broken_reason));
+  if (life.finalised)
+    return fail(SIMPLER_ERR_FINALISED, "the context was finalised; create a new one");
+  if (!life.initialised)
+    return fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init before running");
+  if (outcome.broken.load()) {
+    std::lock_guard lk(outcome.mu);
+    return fail(SIMPLER_ERR_CONTEXT_BROKEN,
+                fmt::format("the context is unusable: {}; destroy it and create a new one",
+                            outcome.broken_reason));
   }
-  if (phase != Phase::Idle) {
+  if (life.phase != Phase::Idle) {
     return fail(SIMPLER_ERR_RUN_ACTIVE, "a run is already prepared or in progress on this context");
   }
-  if (id < 0 || id >= kMaxCallables || !callables[id].registered) {
+  if (id < 0 || id >= kMaxCallables || !life.callables[id].registered) {
     std::string known;
     for (int i = 0; i < kMaxCallables; ++i) {
-      if (callables[i].registered) known += fmt::format("{}{}", known.empty() ? "" : ", ", i);
+      if (life.callables[i].registered) known += fmt::format("{}{}", known.empty() ? "" : ", ", i);
     }
     return fail(SIMPLER_ERR_UNKNOWN_CALLABLE,
                 fmt::format("callable id {} is not registered (registered: {})", id,
@@ -324,11 +327,11 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
                             "0..128 scalars (with non-NULL arrays)",
                             tc, sc));
   }
-  if (callables[id].expected_args > 0 && tc + sc < callables[id].expected_args) {
+  if (life.callables[id].expected_args > 0 && tc + sc < life.callables[id].expected_args) {
     return fail(SIMPLER_ERR_ARG_COUNT,
                 fmt::format("callable {} expects {} arguments (tensors + scalars) but the run "
                             "passes {}",
-                            id, callables[id].expected_args, tc + sc));
+                            id, life.callables[id].expected_args, tc + sc));
   }
   std::vector<simpler_chip_tensor> tensors(static_cast<std::size_t>(tc));
   for (std::int32_t i = 0; i < tc; ++i) {
@@ -356,7 +359,7 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
                               i, shape_text(t.shapes, t.ndims, t.dtype), SIMPLER_MAX_TENSOR_BYTES));
     }
   }
-  int threads = default_aicpu_threads;
+  int aicpu_threads = config.default_aicpu_threads;
   Sizing s{};
   if (cfg != nullptr && cfg->struct_size != 0 && cfg->struct_size < sizeof(simpler_run_config)) {
     return fail(SIMPLER_ERR_INVALID_ARGUMENT,
@@ -370,7 +373,7 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
                   fmt::format("aicpu_thread_num {} must be 0 (default) or 2..{}",
                               cfg->aicpu_thread_num, kMaxAicpuThreads));
     }
-    threads = cfg->aicpu_thread_num;
+    aicpu_threads = cfg->aicpu_thread_num;
   }
   std::uint64_t total_window = 0;
   for (int r = 0; r < kRings; ++r) {
@@ -403,96 +406,98 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
   s.tensormap_buckets = std::max<std::uint64_t>(1024, pow2_at_least(total_window));
   if (const int rc = ensure_arena(s); rc != SIMPLER_OK) return rc;
 
-  run_callable = id;
-  run_threads = threads;
-  run_tensors = std::move(tensors);
-  run_scalars.assign(args != nullptr && sc > 0 ? args->scalars : nullptr,
+  run.callable = id;
+  run.threads = aicpu_threads;
+  run.tensors = std::move(tensors);
+  run.scalars.assign(args != nullptr && sc > 0 ? args->scalars : nullptr,
                      args != nullptr && sc > 0 ? args->scalars + sc : nullptr);
-  phase = Phase::Prepared;
+  life.phase = Phase::Prepared;
   return SIMPLER_OK;
 }
 
 int Context::launch_run() {
-  if (phase != Phase::Prepared) {
-    return fail(SIMPLER_ERR_NO_RUN, phase == Phase::Idle
+  if (life.phase != Phase::Prepared) {
+    return fail(SIMPLER_ERR_NO_RUN, life.phase == Phase::Idle
                                         ? "launch_run needs a prepared run (call prepare_run)"
                                         : "the run was already launched");
   }
   install_fault_handler();
   boot();
   // relaxed: the device threads are asleep; the seq_cst generation bump below publishes these.
-  run_status_.store(0, std::memory_order_relaxed);
+  outcome.status.store(0, std::memory_order_relaxed);
   {
-    std::lock_guard lk(msg_mu);
-    run_message.clear();
+    std::lock_guard lk(outcome.mu);
+    outcome.message.clear();
   }
-  orch_done.store(0, std::memory_order_relaxed);
-  submitted.store(0, std::memory_order_relaxed);
-  completed.store(0, std::memory_order_relaxed);
-  threads_done.store(0, std::memory_order_relaxed);
-  cores_busy.store(0, std::memory_order_relaxed);
-  const int nsched = run_threads - 1;
-  for (std::uint32_t k = 0; k < num_clusters; ++k) {
+  orch.done.store(0, std::memory_order_relaxed);
+  orch.submitted.store(0, std::memory_order_relaxed);
+  sched.completed.store(0, std::memory_order_relaxed);
+  outcome.threads_done.store(0, std::memory_order_relaxed);
+  sched.cores_busy.store(0, std::memory_order_relaxed);
+  const int nsched = run.threads - 1;
+  for (std::uint32_t k = 0; k < config.num_clusters; ++k) {
     const int s = static_cast<int>(k % static_cast<std::uint32_t>(nsched));
-    cores[k].scheduler = s;
-    cores[num_clusters + 2 * k].scheduler = s;
-    cores[num_clusters + 2 * k + 1].scheduler = s;
+    threads.cores[k].scheduler = s;
+    threads.cores[config.num_clusters + 2 * k].scheduler = s;
+    threads.cores[config.num_clusters + 2 * k + 1].scheduler = s;
   }
   // seq_cst: the device threads' launch check reads `generation` with seq_cst after registering.
-  generation.fetch_add(1, std::memory_order_seq_cst);
-  launch_event.notify_all();
-  phase = Phase::Running;
+  threads.generation.fetch_add(1, std::memory_order_seq_cst);
+  threads.launch_event.notify_all();
+  life.phase = Phase::Running;
   return SIMPLER_OK;
 }
 
 int Context::wait_run() {
-  if (phase == Phase::Finished) return SIMPLER_OK;
-  if (phase != Phase::Running) {
+  if (life.phase == Phase::Finished) return SIMPLER_OK;
+  if (life.phase != Phase::Running) {
     return fail(SIMPLER_ERR_NO_RUN, "wait_run needs a launched run (prepare_run, launch_run)");
   }
   constexpr std::uint32_t kThreads = kMaxAicpuThreads;  // the orchestrator + every scheduler
-  auto all_done = [this] { return threads_done.load(std::memory_order_seq_cst) == kThreads; };
+  auto all_done = [this] {
+    return outcome.threads_done.load(std::memory_order_seq_cst) == kThreads;
+  };
   // The watchdog ends every run whose device threads are alive; only an orchestration stuck in
   // its own code can keep the orchestrator thread from finishing. Give it the watchdog period
   // after the run failed, then declare the context broken.
   std::optional<Clock::time_point> failed_at;
-  while (!done_event.await(all_done, std::chrono::microseconds(20),
-                           Clock::now() + std::chrono::milliseconds(100))) {
+  while (!outcome.done_event.await(all_done, std::chrono::microseconds(20),
+                                   Clock::now() + std::chrono::milliseconds(100))) {
     if (!fatal()) continue;
     if (!failed_at) failed_at = Clock::now();
-    if (Clock::now() - *failed_at > scheduler_timeout + kStuckGrace &&
-        threads_done.load(std::memory_order_seq_cst) == kThreads - 1 &&
-        orch_done.load(std::memory_order_seq_cst) == 0) {
-      std::lock_guard lk(msg_mu);
-      broken.store(true);
-      orch_stuck = true;
-      broken_reason = "the orchestration function never returned";
+    if (Clock::now() - *failed_at > config.scheduler_timeout + kStuckGrace &&
+        outcome.threads_done.load(std::memory_order_seq_cst) == kThreads - 1 &&
+        orch.done.load(std::memory_order_seq_cst) == 0) {
+      std::lock_guard lk(outcome.mu);
+      outcome.broken.store(true);
+      outcome.orch_stuck = true;
+      outcome.broken_reason = "the orchestration function never returned";
       break;
     }
   }
-  phase = Phase::Finished;
-  return run_status_.load(std::memory_order_seq_cst);
+  life.phase = Phase::Finished;
+  return outcome.status.load(std::memory_order_seq_cst);
 }
 
 int Context::finalize_run() {
-  if (phase == Phase::Prepared) {  // abandoned before launch
-    phase = Phase::Idle;
+  if (life.phase == Phase::Prepared) {  // abandoned before launch
+    life.phase = Phase::Idle;
     return SIMPLER_OK;
   }
-  if (phase == Phase::Running) static_cast<void>(wait_run());
-  if (phase != Phase::Finished) {
+  if (life.phase == Phase::Running) static_cast<void>(wait_run());
+  if (life.phase != Phase::Finished) {
     return fail(SIMPLER_ERR_NO_RUN, "finalize_run needs a prepared or launched run");
   }
-  phase = Phase::Idle;
-  ++n_runs;
-  n_tasks_completed += completed.load(std::memory_order_seq_cst);
-  const int status = run_status_.load(std::memory_order_seq_cst);
+  life.phase = Phase::Idle;
+  ++counters.runs;
+  counters.tasks_completed += sched.completed.load(std::memory_order_seq_cst);
+  const int status = outcome.status.load(std::memory_order_seq_cst);
   if (status != 0) {
-    arena_dirty = true;
-    std::lock_guard lk(msg_mu);
-    last_error = run_message;
-    if (broken.load())
-      last_error += fmt::format(" (the context is now unusable: {})", broken_reason);
+    arena.dirty = true;
+    std::lock_guard lk(outcome.mu);
+    life.last_error = outcome.message;
+    if (outcome.broken.load())
+      life.last_error += fmt::format(" (the context is now unusable: {})", outcome.broken_reason);
   }
   return status;
 }
@@ -500,21 +505,21 @@ int Context::finalize_run() {
 void Context::stats(simpler_context_stats* out) const {
   simpler_context_stats s{};
   s.struct_size = sizeof s;
-  s.orch_so_loads = n_orch_loads;
-  s.kernel_so_loads = n_kernel_loads;
-  s.arena_builds = n_arena_builds;
-  s.arena_uploads = n_arena_uploads;
-  s.boots = n_boots;
-  s.runs = n_runs;
-  s.tasks_completed = n_tasks_completed;
-  s.last_boot_ns = n_last_boot_ns;
+  s.orch_so_loads = counters.orch_loads;
+  s.kernel_so_loads = counters.kernel_loads;
+  s.arena_builds = counters.arena_builds;
+  s.arena_uploads = counters.arena_uploads;
+  s.boots = counters.boots;
+  s.runs = counters.runs;
+  s.tasks_completed = counters.tasks_completed;
+  s.last_boot_ns = counters.last_boot_ns;
   {
-    std::lock_guard lk(mem_mu);
-    s.committed_bytes = committed;
+    std::lock_guard lk(memory.mu);
+    s.committed_bytes = memory.committed;
   }
-  s.num_clusters = num_clusters;
-  s.aic_cores = num_clusters;
-  s.aiv_cores = 2 * num_clusters;
+  s.num_clusters = config.num_clusters;
+  s.aic_cores = config.num_clusters;
+  s.aiv_cores = 2 * config.num_clusters;
   *out = s;
 }
 

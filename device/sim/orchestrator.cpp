@@ -61,7 +61,7 @@ const char* build_error(int e) noexcept {
 std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builder* b,
                               simpler_chip_tensor* outputs) {
   if (fatal()) return SIMPLER_INVALID_TASK_ID;
-  const std::uint64_t nth = submitted.load(std::memory_order_relaxed);
+  const std::uint64_t nth = orch.submitted.load(std::memory_order_relaxed);
   if (b == nullptr) {
     latch(SIMPLER_ERR_INVALID_TASK_ARGS, fmt::format("submit #{}: the task args are NULL", nth));
     return SIMPLER_INVALID_TASK_ID;
@@ -83,7 +83,7 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
     return SIMPLER_INVALID_TASK_ID;
   }
   // Kernels: which lanes, and does every func_id have a kernel?
-  const Callable& c = callables[run_callable];
+  const Callable& c = life.callables[run.callable];
   const std::int32_t lanes[3] = {k.aic, k.aiv0, k.aiv1};
   std::uint8_t mask = 0;
   for (int l = 0; l < 3; ++l) {
@@ -100,7 +100,7 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
       latch(SIMPLER_ERR_UNKNOWN_FUNC_ID,
             fmt::format("submit #{}: func_id {} has no kernel in callable {} (register a kernel "
                         "with that func_id in the ChipCallable)",
-                        nth, lanes[l], run_callable));
+                        nth, lanes[l], run.callable));
       return SIMPLER_INVALID_TASK_ID;
     }
     mask = static_cast<std::uint8_t>(mask | (1U << l));
@@ -256,8 +256,8 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
     }
   }
   s.dep_pool_mark = rc.dep_top;
-  submitted.fetch_add(1, std::memory_order_seq_cst);
-  progress.fetch_add(1, std::memory_order_relaxed);
+  orch.submitted.fetch_add(1, std::memory_order_seq_cst);
+  sched.progress.fetch_add(1, std::memory_order_relaxed);
   if (outputs != nullptr) {
     std::memcpy(outputs, p.tensors,
                 sizeof(simpler_chip_tensor) * static_cast<std::size_t>(p.tensor_count));
@@ -330,7 +330,7 @@ int Context::alloc_tensor(const std::uint32_t* shapes, std::uint32_t ndims, std:
   ScopeStack& st = h.scopes;
   const std::uint32_t ring = std::min<std::uint32_t>(st.depth - 1, kRings - 1);
   std::uint64_t local = 0, heap_off = 0;
-  if (!alloc_task(*this, ring, bytes, local, heap_off)) return run_status_.load();
+  if (!alloc_task(*this, ring, bytes, local, heap_off)) return outcome.status.load();
   RingControl& rc = h.rings[ring];
   const std::uint64_t id = make_task_id(ring, local);
   SlotState& s = rc.slots[local & rc.mask];
@@ -343,8 +343,8 @@ int Context::alloc_tensor(const std::uint32_t* shapes, std::uint32_t ndims, std:
   p.fanin_count = 0;
   rc.current.store(local + 1, std::memory_order_seq_cst);
   st.tasks[st.top++] = id;
-  submitted.fetch_add(1, std::memory_order_seq_cst);
-  completed.fetch_add(1, std::memory_order_seq_cst);
+  orch.submitted.fetch_add(1, std::memory_order_seq_cst);
+  sched.completed.fetch_add(1, std::memory_order_seq_cst);
   t.addr = reinterpret_cast<std::uintptr_t>(rc.heap + heap_off);
   t.offset = 0;
   t.owner_task = id;
@@ -397,13 +397,13 @@ int Context::read_tensor(const simpler_chip_tensor* t, std::uint64_t off, void* 
                       kMaxFanin));
     return SIMPLER_ERR_TOO_MANY_PRODUCERS;
   }
-  const auto deadline = Clock::now() + tensor_wait;
+  const auto deadline = Clock::now() + config.tensor_wait;
   // Completions wake this thread only while it waits here (see orch_wants_completion).
-  orch_wants_completion.store(1, std::memory_order_seq_cst);
+  orch.wants_completion.store(1, std::memory_order_seq_cst);
   struct Reset {
     std::atomic<std::uint32_t>& flag;
     ~Reset() { flag.store(0, std::memory_order_seq_cst); }
-  } reset{orch_wants_completion};
+  } reset{orch.wants_completion};
   for (int i = 0; i < writers.n; ++i) {
     const std::uint64_t w = writers.ids[i];
     auto done = [&] {
@@ -411,14 +411,14 @@ int Context::read_tensor(const simpler_chip_tensor* t, std::uint64_t off, void* 
       SlotState& s = slot_of(w);
       return s.task_id != w || s.state.load(std::memory_order_seq_cst) != kSlotPending;
     };
-    if (!progress_event.await(done, std::chrono::microseconds(20), deadline)) {
+    if (!orch.progress_event.await(done, std::chrono::microseconds(20), deadline)) {
       latch(SIMPLER_ERR_TENSOR_WAIT_TIMEOUT,
             fmt::format("read_tensor waited {} ms for {} (which writes the tensor) to complete; it "
                         "has not (is it waiting on something the orchestration has yet to do?)",
-                        tensor_wait.count(), task_name(w)));
+                        config.tensor_wait.count(), task_name(w)));
       return SIMPLER_ERR_TENSOR_WAIT_TIMEOUT;
     }
-    if (fatal()) return run_status_.load();
+    if (fatal()) return outcome.status.load();
   }
   std::memcpy(dst, reinterpret_cast<const std::byte*>(static_cast<std::uintptr_t>(t->addr)) + begin,
               n);

@@ -83,18 +83,18 @@ void Context::complete_task(std::uint64_t id, bool* pushed) noexcept {
       push_ready(consumer, pushed);
     }
   }
-  const std::uint64_t done = completed.fetch_add(1, std::memory_order_seq_cst) + 1;
-  progress.fetch_add(1, std::memory_order_relaxed);  // relaxed: a watchdog heuristic
+  const std::uint64_t done = sched.completed.fetch_add(1, std::memory_order_seq_cst) + 1;
+  sched.progress.fetch_add(1, std::memory_order_relaxed);  // relaxed: a watchdog heuristic
   // The last task of the run: every scheduler may leave now.
-  if (orch_done.load(std::memory_order_seq_cst) != 0 &&
-      done == submitted.load(std::memory_order_seq_cst)) {
+  if (orch.done.load(std::memory_order_seq_cst) != 0 &&
+      done == orch.submitted.load(std::memory_order_seq_cst)) {
     notify_schedulers();
   }
   // The producers this task held (its inputs' writers and allocators) may now be consumed.
   const Payload& p = payload_of(id);
   for (int i = 0; i < p.fanin_count; ++i) release_ref(p.fanin[i]);
   release_ref(id);  // the task's own completion reference
-  if (orch_wants_completion.load(std::memory_order_seq_cst) != 0) notify_progress();
+  if (orch.wants_completion.load(std::memory_order_seq_cst) != 0) notify_progress();
 }
 
 void Context::advance_ring(std::uint32_t ring) noexcept {
@@ -121,7 +121,7 @@ void Context::advance_ring(std::uint32_t ring) noexcept {
     }
     if (alive != start) rc.last_alive.store(alive, std::memory_order_seq_cst);
     rc.advance_lock.store(0, std::memory_order_seq_cst);
-    if (alive != start && alive >= orch_wants_alive[ring].load(std::memory_order_seq_cst)) {
+    if (alive != start && alive >= orch.wants_alive[ring].load(std::memory_order_seq_cst)) {
       notify_progress();
     }
     if (rc.advance_pending.load(std::memory_order_seq_cst) == 0) return;
@@ -156,7 +156,7 @@ bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes, std::uint
     return false;
   }
   Backstop<std::uint64_t> backstop(rc.last_alive.load(std::memory_order_seq_cst),
-                                   ctx.resource_wait);
+                                   ctx.config.resource_wait);
   std::uint64_t batch_limit = kWakeBatch;
   for (;;) {
     // relaxed: this thread is the only writer of `current`.
@@ -222,11 +222,12 @@ bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes, std::uint
     }
     if (backstop.expired(alive)) {
       const bool heap = blocker == Blocker::Heap;
-      ctx.latch(heap ? SIMPLER_ERR_HEAP_RING_DEADLOCK : SIMPLER_ERR_FLOW_CONTROL_DEADLOCK,
-                fmt::format("{} of ring {} stayed full for {} ms without a task retiring; raise "
-                            "runtime_env.{}[{}] or look for a task that never finishes",
-                            heap ? "the heap" : "the task window", ring, ctx.resource_wait.count(),
-                            heap ? "ring_heap" : "ring_task_window", ring));
+      ctx.latch(
+          heap ? SIMPLER_ERR_HEAP_RING_DEADLOCK : SIMPLER_ERR_FLOW_CONTROL_DEADLOCK,
+          fmt::format("{} of ring {} stayed full for {} ms without a task retiring; raise "
+                      "runtime_env.{}[{}] or look for a task that never finishes",
+                      heap ? "the heap" : "the task window", ring, ctx.config.resource_wait.count(),
+                      heap ? "ring_heap" : "ring_task_window", ring));
       return false;
     }
     // Wait for a batch of retirements, not for each one: a window that drains one task at a
@@ -236,15 +237,15 @@ bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes, std::uint
     // a long-running task must not make this thread poll.
     const std::uint64_t batch = std::max<std::uint64_t>(
         1, std::min<std::uint64_t>({batch_limit, rc.window / 4, cur - alive}));
-    ctx.orch_wants_alive[ring].store(alive + batch, std::memory_order_seq_cst);
-    ctx.progress_event.await(
+    ctx.orch.wants_alive[ring].store(alive + batch, std::memory_order_seq_cst);
+    ctx.orch.progress_event.await(
         [&] {
           return ctx.fatal() || rc.last_alive.load(std::memory_order_seq_cst) >= alive + batch;
         },
         std::chrono::microseconds(20),
         batch > 1 ? std::min(backstop.deadline(), Clock::now() + std::chrono::milliseconds(1))
                   : backstop.deadline());
-    ctx.orch_wants_alive[ring].store(0, std::memory_order_seq_cst);
+    ctx.orch.wants_alive[ring].store(0, std::memory_order_seq_cst);
     batch_limit = rc.last_alive.load(std::memory_order_seq_cst) == alive ? 1 : kWakeBatch;
   }
 }
@@ -258,7 +259,8 @@ bool ensure_dep_space(Context& ctx, std::uint32_t ring, std::uint64_t n) {
                           n, ring, rc.dep_capacity, ring));
     return false;
   }
-  Backstop<std::uint64_t> backstop(rc.dep_tail.load(std::memory_order_relaxed), ctx.resource_wait);
+  Backstop<std::uint64_t> backstop(rc.dep_tail.load(std::memory_order_relaxed),
+                                   ctx.config.resource_wait);
   for (;;) {
     const std::uint64_t tail = rc.dep_tail.load(std::memory_order_acquire);
     if (rc.dep_top - tail + n <= rc.dep_capacity) return true;
@@ -277,10 +279,10 @@ bool ensure_dep_space(Context& ctx, std::uint32_t ring, std::uint64_t n) {
       ctx.latch(SIMPLER_ERR_DEP_POOL_OVERFLOW,
                 fmt::format("the dependency-list pool of ring {} ({} entries) stayed full for {} "
                             "ms; raise runtime_env.ring_dep_pool[{}]",
-                            ring, rc.dep_capacity, ctx.resource_wait.count(), ring));
+                            ring, rc.dep_capacity, ctx.config.resource_wait.count(), ring));
       return false;
     }
-    ctx.progress_event.await(
+    ctx.orch.progress_event.await(
         [&] {
           return ctx.fatal() || rc.dep_tail.load(std::memory_order_acquire) != tail ||
                  rc.last_alive.load(std::memory_order_seq_cst) != alive;

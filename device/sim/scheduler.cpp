@@ -99,10 +99,10 @@ void op_report_fatal(simpler_orch_runtime* rt, const char* message) {
                                message != nullptr ? message : "(no message)"));
 }
 uint32_t op_clusters(simpler_orch_runtime* rt) {
-  return ctx_of(rt).num_clusters;
+  return ctx_of(rt).config.num_clusters;
 }
 uint32_t op_aivs(simpler_orch_runtime* rt) {
-  return 2 * ctx_of(rt).num_clusters;
+  return 2 * ctx_of(rt).config.num_clusters;
 }
 
 constexpr simpler_orch_ops kOps = {SIMPLER_TASK_ABI_VERSION,
@@ -143,11 +143,11 @@ void install_fault_handler() {
 
 int Context::start_threads() {
   try {
-    for (std::uint32_t i = 0; i < core_count; ++i)
-      cores[i].thread = std::thread([this, i] { core_main(static_cast<int>(i)); });
+    for (std::uint32_t i = 0; i < threads.core_count; ++i)
+      threads.cores[i].thread = std::thread([this, i] { core_main(static_cast<int>(i)); });
     for (int s = 0; s < kMaxAicpuThreads - 1; ++s)
-      sched_threads[s] = std::thread([this, s] { scheduler_main(s); });
-    orch_thread = std::thread([this] { orchestrator_main(); });
+      threads.sched_threads[s] = std::thread([this, s] { scheduler_main(s); });
+    threads.orch_thread = std::thread([this] { orchestrator_main(); });
   } catch (const std::system_error& e) {
     stop_threads();
     return fail(SIMPLER_ERR_SYSTEM, fmt::format("cannot start the device threads: {}", e.what()));
@@ -156,40 +156,40 @@ int Context::start_threads() {
 }
 
 void Context::stop_threads() noexcept {
-  stopping.store(1, std::memory_order_seq_cst);
-  launch_event.notify_all();
-  for (auto& w : sched_wake) w.notify_all();
-  for (std::uint32_t i = 0; i < core_count; ++i) cores[i].wake.notify_all();
-  if (orch_thread.joinable()) {
-    if (broken && orch_stuck)
-      orch_thread.detach();
+  threads.stopping.store(1, std::memory_order_seq_cst);
+  threads.launch_event.notify_all();
+  for (auto& w : sched.wake) w.notify_all();
+  for (std::uint32_t i = 0; i < threads.core_count; ++i) threads.cores[i].wake.notify_all();
+  if (threads.orch_thread.joinable()) {
+    if (outcome.broken && outcome.orch_stuck)
+      threads.orch_thread.detach();
     else
-      orch_thread.join();
+      threads.orch_thread.join();
   }
-  for (auto& t : sched_threads) {
+  for (auto& t : threads.sched_threads) {
     if (t.joinable()) t.join();
   }
-  for (std::uint32_t i = 0; i < core_count; ++i) {
-    if (!cores[i].thread.joinable()) continue;
-    if (broken && cores[i].running != SIMPLER_INVALID_TASK_ID) {
+  for (std::uint32_t i = 0; i < threads.core_count; ++i) {
+    if (!threads.cores[i].thread.joinable()) continue;
+    if (outcome.broken && threads.cores[i].running != SIMPLER_INVALID_TASK_ID) {
       // Still inside a kernel that never returned; the context (and so the core array) is
       // kept alive for it by simpler_destroy_context.
-      cores[i].thread.detach();
+      threads.cores[i].thread.detach();
     } else {
-      cores[i].thread.join();
+      threads.cores[i].thread.join();
     }
   }
 }
 
 bool Context::wait_for_launch(std::uint32_t& seen) {
-  launch_event.await(
+  threads.launch_event.await(
       [&] {
-        return stopping.load(std::memory_order_seq_cst) != 0 ||
-               generation.load(std::memory_order_seq_cst) != seen;
+        return threads.stopping.load(std::memory_order_seq_cst) != 0 ||
+               threads.generation.load(std::memory_order_seq_cst) != seen;
       },
       std::chrono::nanoseconds(0), far_future());
-  if (stopping.load(std::memory_order_seq_cst) != 0) return false;
-  seen = generation.load(std::memory_order_seq_cst);
+  if (threads.stopping.load(std::memory_order_seq_cst) != 0) return false;
+  seen = threads.generation.load(std::memory_order_seq_cst);
   return true;
 }
 
@@ -199,12 +199,12 @@ void Context::orchestrator_main() {
     if (!wait_for_launch(seen)) return;
 
     scope_begin();  // the run's own scope (ring 0)
-    const Callable& c = callables[run_callable];
-    const simpler_orch_args args{static_cast<std::int32_t>(run_tensors.size()),
-                                 static_cast<std::int32_t>(run_scalars.size()), run_tensors.data(),
-                                 run_scalars.data()};
+    const Callable& c = life.callables[run.callable];
+    const simpler_orch_args args{static_cast<std::int32_t>(run.tensors.size()),
+                                 static_cast<std::int32_t>(run.scalars.size()), run.tensors.data(),
+                                 run.scalars.data()};
     try {
-      c.entry(&orch_rt.base, &args);
+      c.entry(&run.orch_rt.base, &args);
     } catch (const std::exception& e) {
       latch(SIMPLER_ERR_ORCH_FATAL,
             fmt::format("the orchestration threw an exception: {}", e.what()));
@@ -219,15 +219,15 @@ void Context::orchestrator_main() {
                         depth - 1));
     }
     while (header().scopes.depth > 0) end_scope(true);
-    orch_done.store(1, std::memory_order_seq_cst);
+    orch.done.store(1, std::memory_order_seq_cst);
     notify_schedulers();
-    threads_done.fetch_add(1, std::memory_order_seq_cst);
-    done_event.notify_all();
+    outcome.threads_done.fetch_add(1, std::memory_order_seq_cst);
+    outcome.done_event.notify_all();
   }
 }
 
 void Context::core_main(int index) {
-  Core& c = cores[static_cast<std::size_t>(index)];
+  Core& c = threads.cores[static_cast<std::size_t>(index)];
   // 0 is the register's reset value; a scheduler may already have written a token by the time
   // this thread runs, so do not read the register here.
   std::uint32_t last = 0;
@@ -235,18 +235,18 @@ void Context::core_main(int index) {
     std::uint32_t token = last;
     c.wake.await(
         [&] {
-          if (stopping.load(std::memory_order_seq_cst) != 0) return true;
+          if (threads.stopping.load(std::memory_order_seq_cst) != 0) return true;
           token = c.dmb.load(std::memory_order_seq_cst);
           return token != last;
         },
         std::chrono::microseconds(20), far_future());
-    if (stopping.load(std::memory_order_seq_cst) != 0) return;
+    if (threads.stopping.load(std::memory_order_seq_cst) != 0) return;
     last = token;
     c.fault_signal = run_guarded(c);
-    const int sched = c.scheduler;
+    const int owner = c.scheduler;
     // seq_cst: the scheduler's sleep check reads COND with seq_cst after registering.
     c.cond.store(kCondFin | token, std::memory_order_seq_cst);
-    sched_wake[sched].notify_all();
+    sched.wake[owner].notify_all();
   }
 }
 
@@ -266,9 +266,9 @@ void Context::scheduler_main(int index) {
   std::uint32_t seen = 0;
   for (;;) {
     if (!wait_for_launch(seen)) return;
-    if (index < run_threads - 1) run_scheduler(index);
-    threads_done.fetch_add(1, std::memory_order_seq_cst);
-    done_event.notify_all();
+    if (index < run.threads - 1) run_scheduler(index);
+    outcome.threads_done.fetch_add(1, std::memory_order_seq_cst);
+    outcome.done_event.notify_all();
   }
 }
 
@@ -288,24 +288,24 @@ void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id) {
   c.local.block_num = 1;
   c.local.failed = 0;
   c.local.message[0] = '\0';
-  c.fn = callables[run_callable].kernels[static_cast<std::size_t>(func_id)];
+  c.fn = life.callables[run.callable].kernels[static_cast<std::size_t>(func_id)];
   c.fault_signal = 0;
   c.func_id = func_id;
   c.running = id;
   c.started = Clock::now();
   c.token = next_token(c);
   // relaxed (cores_busy, progress): watchdog heuristics; no data is published through them.
-  cores_busy.fetch_add(1, std::memory_order_relaxed);
+  sched.cores_busy.fetch_add(1, std::memory_order_relaxed);
   // seq_cst: pairs with the core's sleep check (EventCount protocol); also publishes args.
   c.dmb.store(c.token, std::memory_order_seq_cst);
   c.wake.notify_all();
-  progress.fetch_add(1, std::memory_order_relaxed);
+  sched.progress.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Context::finish_core(Core& c, bool& pushed) {
   const std::uint64_t id = c.running;
   c.running = SIMPLER_INVALID_TASK_ID;
-  cores_busy.fetch_sub(1, std::memory_order_relaxed);
+  sched.cores_busy.fetch_sub(1, std::memory_order_relaxed);
   if (c.fault_signal != 0) {
     latch(SIMPLER_ERR_KERNEL_FAULT,
           fmt::format("kernel func_id {} of task {}:{} faulted with signal {} ({}) at address "
@@ -326,8 +326,8 @@ void Context::finish_core(Core& c, bool& pushed) {
 }
 
 void Context::run_scheduler(int s) {
-  const int nsched = run_threads - 1;
-  const std::uint32_t C = num_clusters;
+  const int nsched = run.threads - 1;
+  const std::uint32_t C = config.num_clusters;
   std::vector<std::uint32_t> clusters, aic, aiv, all;
   for (std::uint32_t k = 0; k < C; ++k) {
     if (static_cast<int>(k % static_cast<std::uint32_t>(nsched)) != s) continue;
@@ -341,14 +341,16 @@ void Context::run_scheduler(int s) {
   ReadyQueue& q_aic = h.queues[static_cast<int>(Shape::Aic)];
   ReadyQueue& q_aiv = h.queues[static_cast<int>(Shape::Aiv)];
   ReadyQueue& q_mix = h.queues[static_cast<int>(Shape::Mix)];
-  auto idle = [this](std::uint32_t core) { return cores[core].running == SIMPLER_INVALID_TASK_ID; };
+  auto idle = [this](std::uint32_t core) {
+    return threads.cores[core].running == SIMPLER_INVALID_TASK_ID;
+  };
   auto finished = [this](std::uint32_t core) {
-    const Core& c = cores[core];
+    const Core& c = threads.cores[core];
     return c.running != SIMPLER_INVALID_TASK_ID &&
            c.cond.load(std::memory_order_seq_cst) == (kCondFin | c.token);
   };
 
-  std::uint64_t seen_progress = progress.load(std::memory_order_relaxed);
+  std::uint64_t seen_progress = sched.progress.load(std::memory_order_relaxed);
   auto last_change = Clock::now();
   for (;;) {
     bool did = false;
@@ -358,7 +360,7 @@ void Context::run_scheduler(int s) {
     bool pushed = false;
     for (std::uint32_t core : all) {
       if (finished(core)) {
-        finish_core(cores[core], pushed);
+        finish_core(threads.cores[core], pushed);
         did = true;
       }
     }
@@ -390,22 +392,23 @@ void Context::run_scheduler(int s) {
           break;
         }
         const Payload& p = payload_of(id);
-        if (st.lane_mask & 1) dispatch_lane(cores[free_cluster], id, p.kernels[0]);
-        if (st.lane_mask & 2) dispatch_lane(cores[C + 2 * free_cluster], id, p.kernels[1]);
-        if (st.lane_mask & 4) dispatch_lane(cores[C + 2 * free_cluster + 1], id, p.kernels[2]);
+        if (st.lane_mask & 1) dispatch_lane(threads.cores[free_cluster], id, p.kernels[0]);
+        if (st.lane_mask & 2) dispatch_lane(threads.cores[C + 2 * free_cluster], id, p.kernels[1]);
+        if (st.lane_mask & 4)
+          dispatch_lane(threads.cores[C + 2 * free_cluster + 1], id, p.kernels[2]);
         did = true;
       }
       for (std::uint32_t core : aic) {
         if (!idle(core)) continue;
         if (!q_aic.pop(id)) break;
-        dispatch_lane(cores[core], id, payload_of(id).kernels[0]);
+        dispatch_lane(threads.cores[core], id, payload_of(id).kernels[0]);
         did = true;
       }
       for (std::uint32_t core : aiv) {
         if (!idle(core)) continue;
         if (!q_aiv.pop(id)) break;
         const Payload& p = payload_of(id);
-        dispatch_lane(cores[core], id, p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2]);
+        dispatch_lane(threads.cores[core], id, p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2]);
         did = true;
       }
     }
@@ -414,30 +417,30 @@ void Context::run_scheduler(int s) {
     for (std::uint32_t core : all) own_running |= !idle(core);
     if (fatal()) {
       if (!own_running) break;
-    } else if (orch_done.load(std::memory_order_seq_cst) != 0 &&
-               completed.load(std::memory_order_seq_cst) ==
-                   submitted.load(std::memory_order_seq_cst)) {
+    } else if (orch.done.load(std::memory_order_seq_cst) != 0 &&
+               sched.completed.load(std::memory_order_seq_cst) ==
+                   orch.submitted.load(std::memory_order_seq_cst)) {
       break;
     }
     if (did) continue;
 
     // Watchdog: nothing completed, dispatched or submitted anywhere for scheduler_timeout.
     const auto now = Clock::now();
-    const std::uint64_t pv = progress.load(std::memory_order_relaxed);
+    const std::uint64_t pv = sched.progress.load(std::memory_order_relaxed);
     if (pv != seen_progress) {
       seen_progress = pv;
       last_change = now;
-    } else if (now - last_change >= scheduler_timeout) {
-      if (fatal() && now - last_change < scheduler_timeout + kStuckGrace) {
+    } else if (now - last_change >= config.scheduler_timeout) {
+      if (fatal() && now - last_change < config.scheduler_timeout + kStuckGrace) {
         // The run already failed; give running kernels a grace period to return.
       } else if (fatal()) {
         // A kernel has not returned since the run failed: the context cannot be reused.
-        std::lock_guard lk(msg_mu);
-        broken.store(true, std::memory_order_seq_cst);
+        std::lock_guard lk(outcome.mu);
+        outcome.broken.store(true, std::memory_order_seq_cst);
         for (std::uint32_t core : all) {
           if (!idle(core)) {
-            const Core& c = cores[core];
-            broken_reason = fmt::format(
+            const Core& c = threads.cores[core];
+            outcome.broken_reason = fmt::format(
                 "kernel func_id {} of task {}:{} on {} core {} never returned [dmb {:#x} cond "
                 "{:#x}]",
                 c.func_id, ring_of(c.running), local_of(c.running), core_kind(c), c.global.core_id,
@@ -448,14 +451,14 @@ void Context::run_scheduler(int s) {
       }
       // One scheduler reports: the one with a stalled core, else scheduler 0.
       if (!fatal() &&
-          (own_running || (s == 0 && cores_busy.load(std::memory_order_relaxed) == 0))) {
+          (own_running || (s == 0 && sched.cores_busy.load(std::memory_order_relaxed) == 0))) {
         latch(SIMPLER_ERR_SCHEDULER_TIMEOUT, stall_report(all, now));
         last_change = now;
         continue;
       }
     }
     // Sleep until there is something to do; wake every 100 ms for the watchdog.
-    sched_wake[s].await(
+    sched.wake[s].await(
         [&] {
           for (std::uint32_t core : all) {
             if (finished(core)) return true;
@@ -476,9 +479,9 @@ void Context::run_scheduler(int s) {
               (idle_cluster && !q_mix.empty())) {
             return true;
           }
-          return orch_done.load(std::memory_order_seq_cst) != 0 &&
-                 completed.load(std::memory_order_seq_cst) ==
-                     submitted.load(std::memory_order_seq_cst);
+          return orch.done.load(std::memory_order_seq_cst) != 0 &&
+                 sched.completed.load(std::memory_order_seq_cst) ==
+                     orch.submitted.load(std::memory_order_seq_cst);
         },
         std::chrono::microseconds(20), now + std::chrono::milliseconds(100));
   }
@@ -488,12 +491,12 @@ std::string Context::stall_report(const std::vector<std::uint32_t>& owned, Clock
   const auto ms = [](Clock::duration d) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
   };
-  const std::uint64_t sub = submitted.load(std::memory_order_seq_cst);
-  const std::uint64_t done = completed.load(std::memory_order_seq_cst);
-  const bool orch_finished = orch_done.load(std::memory_order_seq_cst) != 0;
+  const std::uint64_t sub = orch.submitted.load(std::memory_order_seq_cst);
+  const std::uint64_t done = sched.completed.load(std::memory_order_seq_cst);
+  const bool orch_finished = orch.done.load(std::memory_order_seq_cst) != 0;
   std::string running;
   for (std::uint32_t core : owned) {
-    const Core& c = cores[core];
+    const Core& c = threads.cores[core];
     if (c.running == SIMPLER_INVALID_TASK_ID) continue;
     running += fmt::format(
         "{}task {}:{} (func_id {}) on {} core {} for {} ms [dmb {:#x} cond {:#x}]",
@@ -501,7 +504,7 @@ std::string Context::stall_report(const std::vector<std::uint32_t>& owned, Clock
         core_kind(c), c.global.core_id, ms(now - c.started), c.dmb.load(), c.cond.load());
   }
   const auto head = fmt::format("no progress for {} ms ({} of {} submitted tasks completed{})",
-                                scheduler_timeout.count(), done, sub,
+                                config.scheduler_timeout.count(), done, sub,
                                 orch_finished ? "" : ", orchestration still running");
   if (!running.empty()) return fmt::format("{}: a kernel does not return: {}", head, running);
   const ArenaHeader& h = header();

@@ -58,20 +58,20 @@ bool tm_ensure(Context& ctx, std::uint32_t n) {
   auto free_entries = [&m] { return m.capacity - m.live; };
   if (free_entries() >= n) return true;
   tm_reclaim(h);
-  Backstop<std::uint32_t> backstop(free_entries(), ctx.resource_wait);
+  Backstop<std::uint32_t> backstop(free_entries(), ctx.config.resource_wait);
   while (free_entries() < n) {
     if (ctx.fatal()) return false;
     if (backstop.expired(free_entries())) {
       ctx.latch(SIMPLER_ERR_TENSORMAP_OVERFLOW,
                 fmt::format("the TensorMap holds {} live tensor writers (its capacity) and none "
                             "retired for {} ms; fewer live writers or larger scopes' windows",
-                            m.capacity, ctx.resource_wait.count()));
+                            m.capacity, ctx.config.resource_wait.count()));
       return false;
     }
     std::uint64_t alive[kRings];
     for (int r = 0; r < kRings; ++r)
       alive[r] = h.rings[r].last_alive.load(std::memory_order_seq_cst);
-    ctx.progress_event.await(
+    ctx.orch.progress_event.await(
         [&] {
           if (ctx.fatal()) return true;
           for (int r = 0; r < kRings; ++r) {
