@@ -38,6 +38,12 @@ std::string shape_text(const std::uint32_t* shapes, std::uint32_t ndims, std::ui
 }
 
 // ---- submit ------------------------------------------------------------------------------------
+//
+// A submit runs in phases: check the builder, the kernels and the tensors (nothing changes
+// yet); find the producers and reserve every resource the task needs (TensorMap entries,
+// dependency-list entries, then its slot and heap bytes) so that a failure leaves nothing
+// behind; then fill the slot, publish it, record its writes and wire it to its producers.
+// Every phase is a function of this file, called once, so the compiler inlines them into submit.
 
 namespace {
 
@@ -56,122 +62,142 @@ const char* build_error(int e) noexcept {
   }
 }
 
-}  // namespace
+/// What the checks of a submit found out about the task.
+struct TaskPlan {
+  std::int32_t lanes[3] = {-1, -1, -1};  ///< func_id per lane (AIC, AIV0, AIV1); -1 = unused
+  std::uint8_t lane_mask = 0;
+  int lanes_used = 0;
+  Shape shape = Shape::Aic;
+  std::uint64_t out_bytes = 0;  ///< heap bytes of its runtime-allocated outputs
+};
 
-std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builder* b,
-                              simpler_chip_tensor* outputs) {
-  if (fatal()) return SIMPLER_INVALID_TASK_ID;
-  const std::uint64_t nth = orch.submitted.load(std::memory_order_relaxed);
+/// The builder is present, complete and within the task limits. Latches and returns false if
+/// not.
+bool check_builder(Context& ctx, std::uint64_t nth, const simpler_task_builder* b) {
   if (b == nullptr) {
-    latch(SIMPLER_ERR_INVALID_TASK_ARGS, fmt::format("submit #{}: the task args are NULL", nth));
-    return SIMPLER_INVALID_TASK_ID;
+    ctx.latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+              fmt::format("submit #{}: the task args are NULL", nth));
+    return false;
   }
   if (b->error != 0) {
-    latch(SIMPLER_ERR_INVALID_TASK_ARGS,
-          fmt::format("submit #{}: {} ({} requested; a task takes at most {} tensors and {} "
-                      "scalars, tensors first)",
-                      nth, build_error(b->error), b->requested, SIMPLER_MAX_TASK_TENSORS,
-                      SIMPLER_MAX_TASK_SCALARS));
-    return SIMPLER_INVALID_TASK_ID;
+    ctx.latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+              fmt::format("submit #{}: {} ({} requested; a task takes at most {} tensors and {} "
+                          "scalars, tensors first)",
+                          nth, build_error(b->error), b->requested, SIMPLER_MAX_TASK_TENSORS,
+                          SIMPLER_MAX_TASK_SCALARS));
+    return false;
   }
   if (b->tensor_count < 0 || b->tensor_count > SIMPLER_MAX_TASK_TENSORS || b->scalar_count < 0 ||
       b->scalar_count > SIMPLER_MAX_TASK_SCALARS) {
-    latch(SIMPLER_ERR_INVALID_TASK_ARGS,
-          fmt::format("submit #{}: {} tensors and {} scalars; a task takes 0..{} and 0..{}", nth,
-                      b->tensor_count, b->scalar_count, SIMPLER_MAX_TASK_TENSORS,
-                      SIMPLER_MAX_TASK_SCALARS));
-    return SIMPLER_INVALID_TASK_ID;
+    ctx.latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+              fmt::format("submit #{}: {} tensors and {} scalars; a task takes 0..{} and 0..{}",
+                          nth, b->tensor_count, b->scalar_count, SIMPLER_MAX_TASK_TENSORS,
+                          SIMPLER_MAX_TASK_SCALARS));
+    return false;
   }
-  // Kernels: which lanes, and does every func_id have a kernel?
-  const Callable& c = life.callables[run.callable];
+  return true;
+}
+
+/// Which lanes the task uses, and does every func_id have a kernel? Fills the lanes, mask and
+/// shape of `plan`; latches and returns false on a bad func_id or no kernel at all.
+bool plan_kernels(Context& ctx, std::uint64_t nth, simpler_mixed_kernels k, TaskPlan& plan) {
+  const Callable& c = ctx.life.callables[ctx.run.callable];
   const std::int32_t lanes[3] = {k.aic, k.aiv0, k.aiv1};
   std::uint8_t mask = 0;
   for (int l = 0; l < 3; ++l) {
+    plan.lanes[l] = lanes[l];
     if (lanes[l] == -1) continue;
     if (lanes[l] < 0) {
-      latch(SIMPLER_ERR_UNKNOWN_FUNC_ID,
-            fmt::format("submit #{}: func_id {} is negative; func_ids are 0..{} and -1 marks an "
-                        "unused lane",
-                        nth, lanes[l], SIMPLER_MAX_FUNC_ID - 1));
-      return SIMPLER_INVALID_TASK_ID;
+      ctx.latch(SIMPLER_ERR_UNKNOWN_FUNC_ID,
+                fmt::format("submit #{}: func_id {} is negative; func_ids are 0..{} and -1 marks "
+                            "an unused lane",
+                            nth, lanes[l], SIMPLER_MAX_FUNC_ID - 1));
+      return false;
     }
     if (lanes[l] >= SIMPLER_MAX_FUNC_ID || static_cast<std::size_t>(lanes[l]) >= c.kernels.size() ||
         c.kernels[lanes[l]] == nullptr) {
-      latch(SIMPLER_ERR_UNKNOWN_FUNC_ID,
-            fmt::format("submit #{}: func_id {} has no kernel in callable {} (register a kernel "
-                        "with that func_id in the ChipCallable)",
-                        nth, lanes[l], run.callable));
-      return SIMPLER_INVALID_TASK_ID;
+      ctx.latch(SIMPLER_ERR_UNKNOWN_FUNC_ID,
+                fmt::format("submit #{}: func_id {} has no kernel in callable {} (register a "
+                            "kernel with that func_id in the ChipCallable)",
+                            nth, lanes[l], ctx.run.callable));
+      return false;
     }
     mask = static_cast<std::uint8_t>(mask | (1U << l));
   }
   if (mask == 0) {
-    latch(SIMPLER_ERR_INVALID_TASK_ARGS,
-          fmt::format("submit #{}: the task names no kernel (aic, aiv0 and aiv1 are all -1)", nth));
-    return SIMPLER_INVALID_TASK_ID;
+    ctx.latch(
+        SIMPLER_ERR_INVALID_TASK_ARGS,
+        fmt::format("submit #{}: the task names no kernel (aic, aiv0 and aiv1 are all -1)", nth));
+    return false;
   }
-  const int lanes_used = std::popcount(static_cast<unsigned>(mask));
-  const Shape shape = lanes_used > 1 ? Shape::Mix : (mask == 1 ? Shape::Aic : Shape::Aiv);
+  plan.lane_mask = mask;
+  plan.lanes_used = std::popcount(static_cast<unsigned>(mask));
+  plan.shape = plan.lanes_used > 1 ? Shape::Mix : (mask == 1 ? Shape::Aic : Shape::Aiv);
+  return true;
+}
 
-  // Tensors: valid descriptors, and the heap bytes their runtime-allocated outputs need.
-  std::uint64_t out_bytes = 0;
-  for (int i = 0; i < b->tensor_count; ++i) {
-    const simpler_chip_tensor& t = b->tensors[i];
+/// Valid tensor descriptors, and the heap bytes their runtime-allocated outputs need (into
+/// `plan.out_bytes`). Latches and returns false on the first invalid tensor.
+bool check_tensors(Context& ctx, std::uint64_t nth, const simpler_task_builder& b, TaskPlan& plan) {
+  for (int i = 0; i < b.tensor_count; ++i) {
+    const simpler_chip_tensor& t = b.tensors[i];
     if (t.ndims < 1 || t.ndims > 5 || simpler_dtype_size(t.dtype) == 0) {
-      latch(SIMPLER_ERR_INVALID_TASK_ARGS,
-            fmt::format("submit #{}: tensor {} has ndims {} and dtype {}; ndims must be 1..5 and "
-                        "dtype a simpler DataType",
-                        nth, i, t.ndims, t.dtype));
-      return SIMPLER_INVALID_TASK_ID;
+      ctx.latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+                fmt::format("submit #{}: tensor {} has ndims {} and dtype {}; ndims must be 1..5 "
+                            "and dtype a simpler DataType",
+                            nth, i, t.ndims, t.dtype));
+      return false;
     }
     std::uint64_t bytes = 0;
     if (!tensor_bytes(t, bytes)) {
-      latch(SIMPLER_ERR_INVALID_TASK_ARGS,
-            fmt::format("submit #{}: tensor {} has shape {}: more than SIMPLER_MAX_TENSOR_BYTES "
-                        "({}) bytes",
-                        nth, i, shape_text(t.shapes, t.ndims, t.dtype), SIMPLER_MAX_TENSOR_BYTES));
-      return SIMPLER_INVALID_TASK_ID;
+      ctx.latch(
+          SIMPLER_ERR_INVALID_TASK_ARGS,
+          fmt::format("submit #{}: tensor {} has shape {}: more than "
+                      "SIMPLER_MAX_TENSOR_BYTES ({}) bytes",
+                      nth, i, shape_text(t.shapes, t.ndims, t.dtype), SIMPLER_MAX_TENSOR_BYTES));
+      return false;
     }
-    if (b->tags[i] == SIMPLER_TAG_OUTPUT) {
+    if (b.tags[i] == SIMPLER_TAG_OUTPUT) {
       // At most 16 x 2^48 bytes: the sum cannot overflow.
-      out_bytes += align_up(bytes, kHeapAlign);
+      plan.out_bytes += align_up(bytes, kHeapAlign);
       continue;
     }
     if (t.addr == 0) {
-      latch(SIMPLER_ERR_INVALID_TASK_ARGS,
-            fmt::format("submit #{}: tensor {} has no buffer (addr 0); only Output tensors are "
-                        "allocated by the runtime",
-                        nth, i));
-      return SIMPLER_INVALID_TASK_ID;
+      ctx.latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+                fmt::format("submit #{}: tensor {} has no buffer (addr 0); only Output tensors "
+                            "are allocated by the runtime",
+                            nth, i));
+      return false;
     }
     if (!view_fits(t, bytes)) {
-      latch(SIMPLER_ERR_INVALID_TASK_ARGS,
-            fmt::format("submit #{}: tensor {} is a view of {} bytes at offset {} of buffer {:#x}: "
-                        "its end wraps past 2^64 (a negative or corrupt offset?)",
-                        nth, i, bytes, t.offset, t.addr));
-      return SIMPLER_INVALID_TASK_ID;
+      ctx.latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+                fmt::format("submit #{}: tensor {} is a view of {} bytes at offset {} of buffer "
+                            "{:#x}: its end wraps past 2^64 (a negative or corrupt offset?)",
+                            nth, i, bytes, t.offset, t.addr));
+      return false;
     }
-    if (t.owner_task != SIMPLER_INVALID_TASK_ID && !created_in_run(t.owner_task)) {
-      latch(SIMPLER_ERR_INVALID_TASK_ARGS,
-            fmt::format("submit #{}: tensor {} names owner {}, which this run never created (a "
-                        "descriptor from another run, or a corrupt one)",
-                        nth, i, task_name(t.owner_task)));
-      return SIMPLER_INVALID_TASK_ID;
+    if (t.owner_task != SIMPLER_INVALID_TASK_ID && !ctx.created_in_run(t.owner_task)) {
+      ctx.latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+                fmt::format("submit #{}: tensor {} names owner {}, which this run never created "
+                            "(a descriptor from another run, or a corrupt one)",
+                            nth, i, task_name(t.owner_task)));
+      return false;
     }
   }
+  return true;
+}
 
-  ArenaHeader& h = header();
-  ScopeStack& st = h.scopes;
-  const std::uint32_t ring = std::min<std::uint32_t>(st.depth - 1, kRings - 1);
-
+/// The live producers the task waits for: the owners of its input tensors and the TensorMap's
+/// writers of the bytes it reads. Latches and returns false when there are too many.
+bool find_producers(Context& ctx, std::uint64_t nth, const simpler_task_builder& b,
+                    Candidates& cand) {
+  ArenaHeader& h = ctx.header();
   // Drop TensorMap entries of retired writers first: it keeps bucket chains short (a lookup
   // walks every entry of its buffer) and costs four checks when nothing retired.
   tm_reclaim(h);
-  // Dependencies first (they do not depend on the new slot), so a failure leaves nothing behind.
-  Candidates cand;
-  for (int i = 0; i < b->tensor_count; ++i) {
-    const simpler_chip_tensor& t = b->tensors[i];
-    const int tag = b->tags[i];
+  for (int i = 0; i < b.tensor_count; ++i) {
+    const simpler_chip_tensor& t = b.tensors[i];
+    const int tag = b.tags[i];
     if (tag == SIMPLER_TAG_OUTPUT) continue;
     if (t.owner_task != SIMPLER_INVALID_TASK_ID && !retired(h, t.owner_task))
       cand.add(t.owner_task);
@@ -181,40 +207,39 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
                       tag == SIMPLER_TAG_INOUT, cand);
   }
   if (cand.overflow) {
-    latch(SIMPLER_ERR_TOO_MANY_PRODUCERS,
-          fmt::format("submit #{}: the task depends on more than {} producer tasks; merge inputs "
-                      "or add an intermediate task",
-                      nth, kMaxFanin));
-    return SIMPLER_INVALID_TASK_ID;
+    ctx.latch(SIMPLER_ERR_TOO_MANY_PRODUCERS,
+              fmt::format("submit #{}: the task depends on more than {} producer tasks; merge "
+                          "inputs or add an intermediate task",
+                          nth, kMaxFanin));
+    return false;
   }
-  std::uint32_t inserts = 0;
-  for (int i = 0; i < b->tensor_count; ++i) {
-    if (b->tags[i] == SIMPLER_TAG_INOUT || b->tags[i] == SIMPLER_TAG_OUTPUT_EXISTING) ++inserts;
-  }
-  if (!tm_ensure(*this, inserts)) return SIMPLER_INVALID_TASK_ID;
-  if (!ensure_dep_space(*this, ring, static_cast<std::uint64_t>(cand.n))) {
-    return SIMPLER_INVALID_TASK_ID;
-  }
+  return true;
+}
 
-  // Slot and heap.
-  std::uint64_t local = 0, heap_off = 0;
-  if (!alloc_task(*this, ring, out_bytes, local, heap_off)) return SIMPLER_INVALID_TASK_ID;
-  RingControl& rc = h.rings[ring];
-  const std::uint64_t id = make_task_id(ring, local);
-  SlotState& s = rc.slots[local & rc.mask];
-  Payload& p = rc.payloads[local & rc.mask];
-  // The wiring hold on the fanin; references of the scope and of the completion.
-  bind_slot(s, id,
-            {1, 2, lanes_used, static_cast<std::uint8_t>(shape), mask, heap_off,
-             heap_off + out_bytes, kSlotPending});
-  p.tensor_count = b->tensor_count;
-  p.scalar_count = b->scalar_count;
+/// The TensorMap entries the task adds: one per tensor it writes in place.
+bool writes_in_place(int tag) noexcept {
+  return tag == SIMPLER_TAG_INOUT || tag == SIMPLER_TAG_OUTPUT_EXISTING;
+}
+std::uint32_t tensormap_inserts(const simpler_task_builder& b) noexcept {
+  std::uint32_t inserts = 0;
+  for (int i = 0; i < b.tensor_count; ++i) {
+    if (writes_in_place(b.tags[i])) ++inserts;
+  }
+  return inserts;
+}
+
+/// Writes what the task's kernels receive: its kernels, tensors (runtime-allocated outputs get
+/// their bytes of the heap, from `heap_off` on, and the task as their owner) and scalars.
+void fill_payload(Payload& p, const simpler_task_builder& b, const TaskPlan& plan,
+                  const RingControl& rc, std::uint64_t heap_off, std::uint64_t id) noexcept {
+  p.tensor_count = b.tensor_count;
+  p.scalar_count = b.scalar_count;
   p.fanin_count = 0;
-  for (int l = 0; l < 3; ++l) p.kernels[l] = lanes[l];
+  for (int l = 0; l < 3; ++l) p.kernels[l] = plan.lanes[l];
   std::uint64_t cursor = heap_off;
-  for (int i = 0; i < b->tensor_count; ++i) {
-    p.tensors[i] = b->tensors[i];
-    if (b->tags[i] == SIMPLER_TAG_OUTPUT) {
+  for (int i = 0; i < b.tensor_count; ++i) {
+    p.tensors[i] = b.tensors[i];
+    if (b.tags[i] == SIMPLER_TAG_OUTPUT) {
       simpler_chip_tensor& t = p.tensors[i];
       t.addr = reinterpret_cast<std::uintptr_t>(rc.heap + cursor);
       t.offset = 0;
@@ -222,24 +247,29 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
       cursor += align_up(simpler_tensor_nbytes(&t), kHeapAlign);
     }
   }
-  std::memcpy(p.scalars, b->scalars,
-              sizeof(std::uint64_t) * static_cast<std::size_t>(b->scalar_count));
-  // Publish the slot: schedulers read `current` (acquire) before looking at slots of this ring.
-  rc.current.store(local + 1, std::memory_order_seq_cst);
-  st.tasks[st.top++] = id;
+  std::memcpy(p.scalars, b.scalars,
+              sizeof(std::uint64_t) * static_cast<std::size_t>(b.scalar_count));
+}
 
-  // Writers into the TensorMap.
-  for (int i = 0; i < b->tensor_count; ++i) {
-    const int tag = b->tags[i];
-    if (tag != SIMPLER_TAG_INOUT && tag != SIMPLER_TAG_OUTPUT_EXISTING) continue;
+/// Records the task as the writer of every tensor it writes in place.
+void record_writers(ArenaHeader& h, const simpler_task_builder& b, const Payload& p,
+                    std::uint64_t id) noexcept {
+  for (int i = 0; i < b.tensor_count; ++i) {
+    if (!writes_in_place(b.tags[i])) continue;
     const simpler_chip_tensor& t = p.tensors[i];
     tm_insert(h, t.addr, t.offset, t.offset + simpler_tensor_nbytes(&t), id);
   }
+}
 
-  // Wiring: claim each producer under its lock; wait only for those not yet completed.
+/// Wiring: claims each producer under its lock (a reference, held until the task completes) and
+/// waits only for those not yet completed (a dependency-list entry on the producer, one count
+/// of `fanin_remaining`). Producers consumed in the meantime are gone: their bytes are final.
+void wire_producers(Context& ctx, const Candidates& cand, std::uint32_t ring, std::uint64_t id,
+                    SlotState& s, Payload& p) noexcept {
+  RingControl& rc = ctx.header().rings[ring];
   for (int i = 0; i < cand.n; ++i) {
     const std::uint64_t pid = cand.ids[i];
-    SlotState& ps = slot_of(pid);
+    SlotState& ps = ctx.slot_of(pid);
     SlotLock lk(ps);
     const std::uint32_t st_now = ps.state.load(std::memory_order_seq_cst);
     if (ps.task_id != pid || st_now == kSlotConsumed) continue;  // gone: its bytes are final
@@ -256,12 +286,55 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
     }
   }
   s.dep_pool_mark = rc.dep_top;
+}
+
+}  // namespace
+
+std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builder* b,
+                              simpler_chip_tensor* outputs) {
+  if (fatal()) return SIMPLER_INVALID_TASK_ID;
+  const std::uint64_t nth = orch.submitted.load(std::memory_order_relaxed);
+  TaskPlan plan;
+  if (!check_builder(*this, nth, b) || !plan_kernels(*this, nth, k, plan) ||
+      !check_tensors(*this, nth, *b, plan)) {
+    return SIMPLER_INVALID_TASK_ID;
+  }
+
+  ArenaHeader& h = header();
+  ScopeStack& st = h.scopes;
+  const std::uint32_t ring = std::min<std::uint32_t>(st.depth - 1, kRings - 1);
+  // Dependencies first (they do not depend on the new slot), so a failure leaves nothing behind.
+  Candidates cand;
+  if (!find_producers(*this, nth, *b, cand) || !tm_ensure(*this, tensormap_inserts(*b)) ||
+      !ensure_dep_space(*this, ring, static_cast<std::uint64_t>(cand.n))) {
+    return SIMPLER_INVALID_TASK_ID;
+  }
+
+  // Slot and heap.
+  std::uint64_t local = 0, heap_off = 0;
+  if (!alloc_task(*this, ring, plan.out_bytes, local, heap_off)) return SIMPLER_INVALID_TASK_ID;
+  RingControl& rc = h.rings[ring];
+  const std::uint64_t id = make_task_id(ring, local);
+  SlotState& s = rc.slots[local & rc.mask];
+  Payload& p = rc.payloads[local & rc.mask];
+  // The wiring hold on the fanin; references of the scope and of the completion.
+  bind_slot(s, id,
+            {1, 2, plan.lanes_used, static_cast<std::uint8_t>(plan.shape), plan.lane_mask, heap_off,
+             heap_off + plan.out_bytes, kSlotPending});
+  fill_payload(p, *b, plan, rc, heap_off, id);
+  // Publish the slot: schedulers read `current` (acquire) before looking at slots of this ring.
+  rc.current.store(local + 1, std::memory_order_seq_cst);
+  st.tasks[st.top++] = id;
+
+  record_writers(h, *b, p, id);
+  wire_producers(*this, cand, ring, id, s, p);
   orch.submitted.fetch_add(1, std::memory_order_seq_cst);
   sched.progress.fetch_add(1, std::memory_order_relaxed);
   if (outputs != nullptr) {
     std::memcpy(outputs, p.tensors,
                 sizeof(simpler_chip_tensor) * static_cast<std::size_t>(p.tensor_count));
   }
+  // Drop the wiring hold: the task is ready now unless a producer is still pending.
   if (s.fanin_remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) push_ready(id);
   return id;
 }
