@@ -143,6 +143,103 @@ namespace {
 
 enum class Blocker { None, Window, Heap };
 
+/// Where a slot and `bytes` of heap fit on the ring right now (`at`: the heap offset), or what
+/// is full. `cur` and `alive` are the ring's counters. An empty ring starts its heap again at
+/// the base.
+Blocker find_room(RingControl& rc, std::uint64_t cur, std::uint64_t alive, std::uint64_t bytes,
+                  std::uint64_t& at) noexcept {
+  if (cur - alive >= rc.window) return Blocker::Window;
+  if (bytes == 0) {
+    at = rc.heap_top;
+    return Blocker::None;
+  }
+  if (alive == cur) {
+    rc.heap_top = 0;  // empty ring: start again at the base
+    at = 0;
+    return Blocker::None;
+  }
+  const std::uint64_t tail = rc.slots[alive & rc.mask].heap_begin;
+  const std::uint64_t top = rc.heap_top;
+  if (top >= tail) {
+    if (rc.heap_size - top >= bytes) {
+      at = top;
+      return Blocker::None;
+    }
+    if (tail >= bytes) {
+      at = 0;  // wrap; the end space is skipped
+      return Blocker::None;
+    }
+    return Blocker::Heap;
+  }
+  if (tail - top >= bytes) {
+    at = top;
+    return Blocker::None;
+  }
+  return Blocker::Heap;
+}
+
+/// Can the wait ever end? The oldest task of the ring retires only once its scope released it;
+/// if that scope is still open, only this (blocked) thread could end it. Then this latches the
+/// deadlock and returns true.
+bool latch_if_held_by_scope(Context& ctx, std::uint32_t ring, Blocker blocker, std::uint64_t alive,
+                            std::uint64_t bytes) {
+  const RingControl& rc = ctx.header().rings[ring];
+  const SlotState& oldest = rc.slots[alive & rc.mask];
+  // relaxed: scope_open is written and read by the orchestrator thread only.
+  if (oldest.scope_open.load(std::memory_order_relaxed) == 0) return false;
+  const std::uint64_t in_scope = ctx.scope_tasks_on_ring(ring);
+  if (blocker == Blocker::Window) {
+    ctx.latch(
+        in_scope >= rc.window ? SIMPLER_ERR_SCOPE_DEADLOCK : SIMPLER_ERR_FLOW_CONTROL_DEADLOCK,
+        fmt::format("the task window of ring {} ({} tasks) is full of tasks held by open "
+                    "scopes (the current scope holds {} on this ring): a scope keeps its "
+                    "tasks until it ends, so this submit can never proceed. Split the "
+                    "scope or raise runtime_env.ring_task_window[{}]",
+                    ring, rc.window, in_scope, ring));
+  } else {
+    ctx.latch(SIMPLER_ERR_HEAP_RING_DEADLOCK,
+              fmt::format("heap ring {} ({} bytes) cannot fit {} more bytes: its oldest live "
+                          "task is held by an open scope, so no space can be freed while this "
+                          "submit waits. Split the scope or raise runtime_env.ring_heap[{}]",
+                          ring, rc.heap_size, bytes, ring));
+  }
+  return true;
+}
+
+/// The backstop expired: the window or heap stayed full with nothing retiring.
+void latch_stayed_full(Context& ctx, std::uint32_t ring, Blocker blocker) {
+  const bool heap = blocker == Blocker::Heap;
+  ctx.latch(
+      heap ? SIMPLER_ERR_HEAP_RING_DEADLOCK : SIMPLER_ERR_FLOW_CONTROL_DEADLOCK,
+      fmt::format("{} of ring {} stayed full for {} ms without a task retiring; raise "
+                  "runtime_env.{}[{}] or look for a task that never finishes",
+                  heap ? "the heap" : "the task window", ring, ctx.config.resource_wait.count(),
+                  heap ? "ring_heap" : "ring_task_window", ring));
+}
+
+/// Waits for a batch of retirements on `ring` (of at most `batch_limit`), or until `deadline`.
+/// Returns the batch limit of the next wait.
+///
+/// A batch, not each one: a window that drains one task at a time would otherwise wake this
+/// thread per task. If fewer can retire (the rest held by a scope), the 1 ms cap bounds the
+/// delay and the caller takes whatever did retire. After a capped wait in which nothing
+/// retired, wait for any single retirement (no cap): a long-running task must not make this
+/// thread poll.
+std::uint64_t wait_for_retirements(Context& ctx, std::uint32_t ring, std::uint64_t cur,
+                                   std::uint64_t alive, std::uint64_t batch_limit,
+                                   Clock::time_point deadline) {
+  const RingControl& rc = ctx.header().rings[ring];
+  const std::uint64_t batch = std::max<std::uint64_t>(
+      1, std::min<std::uint64_t>({batch_limit, rc.window / 4, cur - alive}));
+  ctx.orch.wants_alive[ring].store(alive + batch, std::memory_order_seq_cst);
+  ctx.orch.progress_event.await(
+      [&] { return ctx.fatal() || rc.last_alive.load(std::memory_order_seq_cst) >= alive + batch; },
+      std::chrono::microseconds(20),
+      batch > 1 ? std::min(deadline, Clock::now() + std::chrono::milliseconds(1)) : deadline);
+  ctx.orch.wants_alive[ring].store(0, std::memory_order_seq_cst);
+  return rc.last_alive.load(std::memory_order_seq_cst) == alive ? 1 : kWakeBatch;
+}
+
 }  // namespace
 
 bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes, std::uint64_t& local_out,
@@ -162,33 +259,8 @@ bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes, std::uint
     // relaxed: this thread is the only writer of `current`.
     const std::uint64_t cur = rc.current.load(std::memory_order_relaxed);
     const std::uint64_t alive = rc.last_alive.load(std::memory_order_seq_cst);
-    Blocker blocker = Blocker::None;
     std::uint64_t at = 0;
-    if (cur - alive >= rc.window) {
-      blocker = Blocker::Window;
-    } else if (bytes > 0) {
-      if (alive == cur) {
-        rc.heap_top = 0;  // empty ring: start again at the base
-        at = 0;
-      } else {
-        const std::uint64_t tail = rc.slots[alive & rc.mask].heap_begin;
-        const std::uint64_t top = rc.heap_top;
-        if (top >= tail) {
-          if (rc.heap_size - top >= bytes)
-            at = top;
-          else if (tail >= bytes)
-            at = 0;  // wrap; the end space is skipped
-          else
-            blocker = Blocker::Heap;
-        } else if (tail - top >= bytes) {
-          at = top;
-        } else {
-          blocker = Blocker::Heap;
-        }
-      }
-    } else {
-      at = rc.heap_top;
-    }
+    const Blocker blocker = find_room(rc, cur, alive, bytes, at);
     if (blocker == Blocker::None) {
       local_out = cur;
       heap_off = at;
@@ -196,60 +268,16 @@ bool alloc_task(Context& ctx, std::uint32_t ring, std::uint64_t bytes, std::uint
       return true;
     }
     if (ctx.fatal()) return false;
-
-    // Can the wait ever end? The oldest task of this ring retires only once its scope released
-    // it; if that scope is still open, only this (blocked) thread could end it.
-    SlotState& oldest = rc.slots[alive & rc.mask];
-    // relaxed: scope_open is written and read by the orchestrator thread only.
-    if (oldest.scope_open.load(std::memory_order_relaxed) != 0) {
-      const std::uint64_t in_scope = ctx.scope_tasks_on_ring(ring);
-      if (blocker == Blocker::Window) {
-        ctx.latch(
-            in_scope >= rc.window ? SIMPLER_ERR_SCOPE_DEADLOCK : SIMPLER_ERR_FLOW_CONTROL_DEADLOCK,
-            fmt::format("the task window of ring {} ({} tasks) is full of tasks held by open "
-                        "scopes (the current scope holds {} on this ring): a scope keeps its "
-                        "tasks until it ends, so this submit can never proceed. Split the "
-                        "scope or raise runtime_env.ring_task_window[{}]",
-                        ring, rc.window, in_scope, ring));
-      } else {
-        ctx.latch(SIMPLER_ERR_HEAP_RING_DEADLOCK,
-                  fmt::format("heap ring {} ({} bytes) cannot fit {} more bytes: its oldest live "
-                              "task is held by an open scope, so no space can be freed while this "
-                              "submit waits. Split the scope or raise runtime_env.ring_heap[{}]",
-                              ring, rc.heap_size, bytes, ring));
-      }
-      return false;
-    }
+    if (latch_if_held_by_scope(ctx, ring, blocker, alive, bytes)) return false;
     if (backstop.expired(alive)) {
-      const bool heap = blocker == Blocker::Heap;
-      ctx.latch(
-          heap ? SIMPLER_ERR_HEAP_RING_DEADLOCK : SIMPLER_ERR_FLOW_CONTROL_DEADLOCK,
-          fmt::format("{} of ring {} stayed full for {} ms without a task retiring; raise "
-                      "runtime_env.{}[{}] or look for a task that never finishes",
-                      heap ? "the heap" : "the task window", ring, ctx.config.resource_wait.count(),
-                      heap ? "ring_heap" : "ring_task_window", ring));
+      latch_stayed_full(ctx, ring, blocker);
       return false;
     }
-    // Wait for a batch of retirements, not for each one: a window that drains one task at a
-    // time would otherwise wake this thread per task. If fewer can retire (the rest held by a
-    // scope), the 1 ms cap bounds the delay and the loop takes whatever did retire.
-    // After a capped wait in which nothing retired, wait for any single retirement (no cap):
-    // a long-running task must not make this thread poll.
-    const std::uint64_t batch = std::max<std::uint64_t>(
-        1, std::min<std::uint64_t>({batch_limit, rc.window / 4, cur - alive}));
-    ctx.orch.wants_alive[ring].store(alive + batch, std::memory_order_seq_cst);
-    ctx.orch.progress_event.await(
-        [&] {
-          return ctx.fatal() || rc.last_alive.load(std::memory_order_seq_cst) >= alive + batch;
-        },
-        std::chrono::microseconds(20),
-        batch > 1 ? std::min(backstop.deadline(), Clock::now() + std::chrono::milliseconds(1))
-                  : backstop.deadline());
-    ctx.orch.wants_alive[ring].store(0, std::memory_order_seq_cst);
-    batch_limit = rc.last_alive.load(std::memory_order_seq_cst) == alive ? 1 : kWakeBatch;
+    batch_limit = wait_for_retirements(ctx, ring, cur, alive, batch_limit, backstop.deadline());
   }
 }
 
+/// Makes room for `n` dependency-list entries in `ring`'s pool.
 bool ensure_dep_space(Context& ctx, std::uint32_t ring, std::uint64_t n) {
   RingControl& rc = ctx.header().rings[ring];
   if (n > rc.dep_capacity) {
