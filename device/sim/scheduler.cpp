@@ -325,166 +325,260 @@ void Context::finish_core(Core& c, bool& pushed) {
     complete_task(id, &pushed);
 }
 
-void Context::run_scheduler(int s) {
-  const int nsched = run.threads - 1;
-  const std::uint32_t C = config.num_clusters;
-  std::vector<std::uint32_t> clusters, aic, aiv, all;
-  for (std::uint32_t k = 0; k < C; ++k) {
-    if (static_cast<int>(k % static_cast<std::uint32_t>(nsched)) != s) continue;
-    clusters.push_back(k);
-    aic.push_back(k);
-    aiv.push_back(C + 2 * k);
-    aiv.push_back(C + 2 * k + 1);
-    all.insert(all.end(), {k, C + 2 * k, C + 2 * k + 1});
+namespace {
+
+/// One scheduler's run, on its thread: the cores it owns (those of the clusters k with
+/// k % schedulers == index), the passes that complete their finished tasks and dispatch ready
+/// ones to them, the watchdog, and the sleep between passes.
+class SchedulerRun {
+ public:
+  SchedulerRun(Context& ctx, int index)
+      : ctx_(ctx),
+        index_(index),
+        clusters_total_(ctx.config.num_clusters),
+        cores_(ctx.threads.cores.get()),
+        q_aic_(ctx.header().queues[static_cast<int>(Shape::Aic)]),
+        q_aiv_(ctx.header().queues[static_cast<int>(Shape::Aiv)]),
+        q_mix_(ctx.header().queues[static_cast<int>(Shape::Mix)]),
+        seen_progress_(ctx.sched.progress.load(std::memory_order_relaxed)),
+        last_change_(Clock::now()) {
+    const std::uint32_t C = clusters_total_;
+    const int nsched = ctx.run.threads - 1;
+    for (std::uint32_t k = 0; k < C; ++k) {
+      if (static_cast<int>(k % static_cast<std::uint32_t>(nsched)) != index) continue;
+      clusters_.push_back(k);
+      aic_.push_back(k);
+      aiv_.push_back(C + 2 * k);
+      aiv_.push_back(C + 2 * k + 1);
+      all_.insert(all_.end(), {k, C + 2 * k, C + 2 * k + 1});
+    }
   }
-  ArenaHeader& h = header();
-  ReadyQueue& q_aic = h.queues[static_cast<int>(Shape::Aic)];
-  ReadyQueue& q_aiv = h.queues[static_cast<int>(Shape::Aiv)];
-  ReadyQueue& q_mix = h.queues[static_cast<int>(Shape::Mix)];
-  auto idle = [this](std::uint32_t core) {
-    return threads.cores[core].running == SIMPLER_INVALID_TASK_ID;
-  };
-  auto finished = [this](std::uint32_t core) {
-    const Core& c = threads.cores[core];
+
+  /// Passes until the run is over for this scheduler: every task completed, or the run failed
+  /// and none of its cores still runs a kernel (or one never returns).
+  void run() {
+    for (;;) {
+      // Tasks this pass made ready are queued without waking anyone: this scheduler dispatches
+      // what its idle cores can take and wakes the others only for what is left (in a chain, no
+      // wake-up at all).
+      bool pushed = false;
+      bool did = finish_reported(pushed);
+      if (!ctx_.fatal()) did |= dispatch_ready();
+      if (pushed && any_queued()) ctx_.notify_schedulers();
+      const bool own_running = any_running();
+      if (run_over(own_running)) return;
+      if (did) continue;
+
+      const auto now = Clock::now();
+      switch (watchdog(now, own_running)) {
+        case Watch::Quiet:
+          break;
+        case Watch::Reported:
+          continue;
+        case Watch::Broken:
+          return;
+      }
+      // Sleep until there is something to do; wake every 100 ms for the watchdog.
+      ctx_.sched.wake[index_].await([this] { return has_work(); }, std::chrono::microseconds(20),
+                                    now + std::chrono::milliseconds(100));
+    }
+  }
+
+ private:
+  enum class Watch { Quiet, Reported, Broken };
+
+  // Core indices: [0, C) AIC, C + 2k and C + 2k + 1 the AIVs of cluster k.
+  std::uint32_t aiv0_of(std::uint32_t k) const noexcept { return clusters_total_ + 2 * k; }
+  std::uint32_t aiv1_of(std::uint32_t k) const noexcept { return clusters_total_ + 2 * k + 1; }
+
+  bool idle(std::uint32_t core) const noexcept {
+    return cores_[core].running == SIMPLER_INVALID_TASK_ID;
+  }
+  bool finished(std::uint32_t core) const noexcept {
+    const Core& c = cores_[core];
     return c.running != SIMPLER_INVALID_TASK_ID &&
            c.cond.load(std::memory_order_seq_cst) == (kCondFin | c.token);
-  };
+  }
+  bool any_running() const noexcept {
+    bool running = false;
+    for (std::uint32_t core : all_) running |= !idle(core);
+    return running;
+  }
+  bool any_queued() const noexcept { return !q_aic_.empty() || !q_aiv_.empty() || !q_mix_.empty(); }
+  bool all_completed() const noexcept {
+    return ctx_.orch.done.load(std::memory_order_seq_cst) != 0 &&
+           ctx_.sched.completed.load(std::memory_order_seq_cst) ==
+               ctx_.orch.submitted.load(std::memory_order_seq_cst);
+  }
+  bool run_over(bool own_running) const noexcept {
+    if (ctx_.fatal()) return !own_running;
+    return all_completed();
+  }
 
-  std::uint64_t seen_progress = sched.progress.load(std::memory_order_relaxed);
-  auto last_change = Clock::now();
-  for (;;) {
+  /// Completes the tasks of the cores that reported FIN. True when there were any.
+  bool finish_reported(bool& pushed) {
     bool did = false;
-    // Tasks this pass made ready are queued without waking anyone: this scheduler dispatches
-    // what its idle cores can take and wakes the others only for what is left (in a chain, no
-    // wake-up at all).
-    bool pushed = false;
-    for (std::uint32_t core : all) {
+    for (std::uint32_t core : all_) {
       if (finished(core)) {
-        finish_core(threads.cores[core], pushed);
+        ctx_.finish_core(cores_[core], pushed);
         did = true;
       }
     }
-    if (!fatal()) {
-      // MIX first: a MIX task needs every lane it names idle in one cluster.
-      std::uint64_t id;
-      while (!q_mix.empty()) {
-        std::uint32_t free_cluster = C;
-        bool any_candidate = false;
-        for (std::uint32_t k : clusters) {
-          if ((idle(k) ? 1 : 0) + (idle(C + 2 * k) ? 1 : 0) + (idle(C + 2 * k + 1) ? 1 : 0) >= 2) {
-            any_candidate = true;
-            break;
-          }
-        }
-        if (!any_candidate || !q_mix.pop(id)) break;
-        const SlotState& st = slot_of(id);
-        for (std::uint32_t k : clusters) {
-          const bool ok = ((st.lane_mask & 1) == 0 || idle(k)) &&
-                          ((st.lane_mask & 2) == 0 || idle(C + 2 * k)) &&
-                          ((st.lane_mask & 4) == 0 || idle(C + 2 * k + 1));
-          if (ok) {
-            free_cluster = k;
-            break;
-          }
-        }
-        if (free_cluster == C) {
-          q_mix.push(id);  // no cluster of ours fits it now; another scheduler or a later pass
-          break;
-        }
-        const Payload& p = payload_of(id);
-        if (st.lane_mask & 1) dispatch_lane(threads.cores[free_cluster], id, p.kernels[0]);
-        if (st.lane_mask & 2) dispatch_lane(threads.cores[C + 2 * free_cluster], id, p.kernels[1]);
-        if (st.lane_mask & 4)
-          dispatch_lane(threads.cores[C + 2 * free_cluster + 1], id, p.kernels[2]);
-        did = true;
-      }
-      for (std::uint32_t core : aic) {
-        if (!idle(core)) continue;
-        if (!q_aic.pop(id)) break;
-        dispatch_lane(threads.cores[core], id, payload_of(id).kernels[0]);
-        did = true;
-      }
-      for (std::uint32_t core : aiv) {
-        if (!idle(core)) continue;
-        if (!q_aiv.pop(id)) break;
-        const Payload& p = payload_of(id);
-        dispatch_lane(threads.cores[core], id, p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2]);
-        did = true;
-      }
-    }
-    if (pushed && (!q_aic.empty() || !q_aiv.empty() || !q_mix.empty())) notify_schedulers();
-    bool own_running = false;
-    for (std::uint32_t core : all) own_running |= !idle(core);
-    if (fatal()) {
-      if (!own_running) break;
-    } else if (orch.done.load(std::memory_order_seq_cst) != 0 &&
-               sched.completed.load(std::memory_order_seq_cst) ==
-                   orch.submitted.load(std::memory_order_seq_cst)) {
-      break;
-    }
-    if (did) continue;
+    return did;
+  }
 
-    // Watchdog: nothing completed, dispatched or submitted anywhere for scheduler_timeout.
-    const auto now = Clock::now();
-    const std::uint64_t pv = sched.progress.load(std::memory_order_relaxed);
-    if (pv != seen_progress) {
-      seen_progress = pv;
-      last_change = now;
-    } else if (now - last_change >= config.scheduler_timeout) {
-      if (fatal() && now - last_change < config.scheduler_timeout + kStuckGrace) {
-        // The run already failed; give running kernels a grace period to return.
-      } else if (fatal()) {
-        // A kernel has not returned since the run failed: the context cannot be reused.
-        std::lock_guard lk(outcome.mu);
-        outcome.broken.store(true, std::memory_order_seq_cst);
-        for (std::uint32_t core : all) {
-          if (!idle(core)) {
-            const Core& c = threads.cores[core];
-            outcome.broken_reason = fmt::format(
-                "kernel func_id {} of task {}:{} on {} core {} never returned [dmb {:#x} cond "
-                "{:#x}]",
-                c.func_id, ring_of(c.running), local_of(c.running), core_kind(c), c.global.core_id,
-                c.dmb.load(), c.cond.load());
-          }
-        }
+  /// Dispatches ready tasks to idle cores: MIX first (a MIX task needs every lane it names idle
+  /// in one cluster), then AIC, then AIV. True when anything was dispatched.
+  bool dispatch_ready() {
+    bool did = dispatch_mix();
+    did |= dispatch_aic();
+    did |= dispatch_aiv();
+    return did;
+  }
+
+  /// A cluster of ours with at least two idle lanes: only then can a MIX task fit.
+  bool mix_may_fit() const noexcept {
+    for (std::uint32_t k : clusters_) {
+      if ((idle(k) ? 1 : 0) + (idle(aiv0_of(k)) ? 1 : 0) + (idle(aiv1_of(k)) ? 1 : 0) >= 2)
+        return true;
+    }
+    return false;
+  }
+  /// The first cluster of ours whose lanes in `lane_mask` are all idle, or C if none.
+  std::uint32_t cluster_for(std::uint8_t lane_mask) const noexcept {
+    for (std::uint32_t k : clusters_) {
+      if (((lane_mask & 1) == 0 || idle(k)) && ((lane_mask & 2) == 0 || idle(aiv0_of(k))) &&
+          ((lane_mask & 4) == 0 || idle(aiv1_of(k)))) {
+        return k;
+      }
+    }
+    return clusters_total_;
+  }
+
+  bool dispatch_mix() {
+    bool did = false;
+    std::uint64_t id;
+    while (!q_mix_.empty()) {
+      if (!mix_may_fit() || !q_mix_.pop(id)) break;
+      const SlotState& st = ctx_.slot_of(id);
+      const std::uint32_t k = cluster_for(st.lane_mask);
+      if (k == clusters_total_) {
+        q_mix_.push(id);  // no cluster of ours fits it now; another scheduler or a later pass
         break;
       }
-      // One scheduler reports: the one with a stalled core, else scheduler 0.
-      if (!fatal() &&
-          (own_running || (s == 0 && sched.cores_busy.load(std::memory_order_relaxed) == 0))) {
-        latch(SIMPLER_ERR_SCHEDULER_TIMEOUT, stall_report(all, now));
-        last_change = now;
-        continue;
+      const Payload& p = ctx_.payload_of(id);
+      if (st.lane_mask & 1) ctx_.dispatch_lane(cores_[k], id, p.kernels[0]);
+      if (st.lane_mask & 2) ctx_.dispatch_lane(cores_[aiv0_of(k)], id, p.kernels[1]);
+      if (st.lane_mask & 4) ctx_.dispatch_lane(cores_[aiv1_of(k)], id, p.kernels[2]);
+      did = true;
+    }
+    return did;
+  }
+
+  bool dispatch_aic() {
+    bool did = false;
+    std::uint64_t id;
+    for (std::uint32_t core : aic_) {
+      if (!idle(core)) continue;
+      if (!q_aic_.pop(id)) break;
+      ctx_.dispatch_lane(cores_[core], id, ctx_.payload_of(id).kernels[0]);
+      did = true;
+    }
+    return did;
+  }
+
+  bool dispatch_aiv() {
+    bool did = false;
+    std::uint64_t id;
+    for (std::uint32_t core : aiv_) {
+      if (!idle(core)) continue;
+      if (!q_aiv_.pop(id)) break;
+      const Payload& p = ctx_.payload_of(id);
+      ctx_.dispatch_lane(cores_[core], id, p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2]);
+      did = true;
+    }
+    return did;
+  }
+
+  /// Nothing completed, dispatched or submitted anywhere for scheduler_timeout: one scheduler
+  /// reports the stall (the one with a stalled core, else scheduler 0). After a failure, running
+  /// kernels get kStuckGrace more to return; one that does not breaks the context.
+  Watch watchdog(Clock::time_point now, bool own_running) {
+    const auto timeout = ctx_.config.scheduler_timeout;
+    const std::uint64_t pv = ctx_.sched.progress.load(std::memory_order_relaxed);
+    if (pv != seen_progress_) {
+      seen_progress_ = pv;
+      last_change_ = now;
+      return Watch::Quiet;
+    }
+    if (now - last_change_ < timeout) return Watch::Quiet;
+    // The run already failed; give running kernels a grace period to return.
+    if (ctx_.fatal() && now - last_change_ < timeout + kStuckGrace) return Watch::Quiet;
+    if (ctx_.fatal()) {
+      declare_broken();
+      return Watch::Broken;
+    }
+    if (!ctx_.fatal() && (own_running || (index_ == 0 && ctx_.sched.cores_busy.load(
+                                                             std::memory_order_relaxed) == 0))) {
+      ctx_.latch(SIMPLER_ERR_SCHEDULER_TIMEOUT, ctx_.stall_report(all_, now));
+      last_change_ = now;
+      return Watch::Reported;
+    }
+    return Watch::Quiet;
+  }
+
+  /// A kernel has not returned since the run failed: the context cannot be reused.
+  void declare_broken() {
+    std::lock_guard lk(ctx_.outcome.mu);
+    ctx_.outcome.broken.store(true, std::memory_order_seq_cst);
+    for (std::uint32_t core : all_) {
+      if (!idle(core)) {
+        const Core& c = cores_[core];
+        ctx_.outcome.broken_reason = fmt::format(
+            "kernel func_id {} of task {}:{} on {} core {} never returned [dmb {:#x} cond "
+            "{:#x}]",
+            c.func_id, ring_of(c.running), local_of(c.running), core_kind(c), c.global.core_id,
+            c.dmb.load(), c.cond.load());
       }
     }
-    // Sleep until there is something to do; wake every 100 ms for the watchdog.
-    sched.wake[s].await(
-        [&] {
-          for (std::uint32_t core : all) {
-            if (finished(core)) return true;
-          }
-          if (fatal()) {
-            for (std::uint32_t core : all) {
-              if (!idle(core)) return false;  // wait for our running kernels to return
-            }
-            return true;
-          }
-          bool idle_aic = false, idle_aiv = false, idle_cluster = false;
-          for (std::uint32_t core : aic) idle_aic |= idle(core);
-          for (std::uint32_t core : aiv) idle_aiv |= idle(core);
-          for (std::uint32_t k : clusters) {
-            idle_cluster |= idle(k) && idle(C + 2 * k) && idle(C + 2 * k + 1);
-          }
-          if ((idle_aic && !q_aic.empty()) || (idle_aiv && !q_aiv.empty()) ||
-              (idle_cluster && !q_mix.empty())) {
-            return true;
-          }
-          return orch.done.load(std::memory_order_seq_cst) != 0 &&
-                 sched.completed.load(std::memory_order_seq_cst) ==
-                     orch.submitted.load(std::memory_order_seq_cst);
-        },
-        std::chrono::microseconds(20), now + std::chrono::milliseconds(100));
   }
+
+  /// The sleep's wake-up condition: a core of ours finished, a ready task fits an idle core of
+  /// ours, or the run is over (after a failure: once none of our kernels still runs).
+  bool has_work() const noexcept {
+    for (std::uint32_t core : all_) {
+      if (finished(core)) return true;
+    }
+    if (ctx_.fatal()) return !any_running();  // wait for our running kernels to return
+    bool idle_aic = false, idle_aiv = false, idle_cluster = false;
+    for (std::uint32_t core : aic_) idle_aic |= idle(core);
+    for (std::uint32_t core : aiv_) idle_aiv |= idle(core);
+    for (std::uint32_t k : clusters_) {
+      idle_cluster |= idle(k) && idle(aiv0_of(k)) && idle(aiv1_of(k));
+    }
+    if ((idle_aic && !q_aic_.empty()) || (idle_aiv && !q_aiv_.empty()) ||
+        (idle_cluster && !q_mix_.empty())) {
+      return true;
+    }
+    return all_completed();
+  }
+
+  Context& ctx_;
+  const int index_;
+  const std::uint32_t clusters_total_;  ///< C
+  Core* const cores_;
+  ReadyQueue& q_aic_;
+  ReadyQueue& q_aiv_;
+  ReadyQueue& q_mix_;
+  std::vector<std::uint32_t> clusters_, aic_, aiv_, all_;  ///< what this scheduler owns
+  std::uint64_t seen_progress_;  ///< the watchdog's last look at sched.progress
+  Clock::time_point last_change_;
+};
+
+}  // namespace
+
+void Context::run_scheduler(int index) {
+  SchedulerRun(*this, index).run();
 }
 
 std::string Context::stall_report(const std::vector<std::uint32_t>& owned, Clock::time_point now) {
