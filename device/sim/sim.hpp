@@ -14,6 +14,11 @@
 //  - task memory: per ring a window of SlotState (hot, 64 B) and Payload (cold) records,
 //    initialised when a slot is allocated, never in bulk;
 //  - heap rings: per ring the bytes runtime-allocated outputs live in.
+//
+// Files: abi.cpp (the C ABI), context.cpp (lifecycle, device memory, callables, the phases of a
+// run), arena.cpp (the runtime arena), scheduler.cpp (the device threads: orchestrator loop,
+// schedulers, cores, fault handler), orchestrator.cpp (submit, scopes, alloc/read tensor),
+// rings.cpp/.hpp (a task slot's life on its ring) and tensor_map.cpp/.hpp (the TensorMap).
 #pragma once
 
 #include <atomic>
@@ -506,7 +511,7 @@ class Context {
 
   int fail(int status, std::string message);  ///< records life.last_error, returns status
 
-  // ---- run state, shared by the device threads --------------------------------------------
+  // ---- run state, shared by the device threads (context.cpp) -------------------------------
   /// Latches the run's first error (later ones are dropped). Wakes every waiter.
   void latch(int status, std::string message);
   [[nodiscard]] bool fatal() const noexcept {
@@ -527,6 +532,7 @@ class Context {
   int alloc_tensor(const std::uint32_t* shapes, std::uint32_t ndims, std::uint8_t dtype,
                    simpler_chip_tensor* out);
   int read_tensor(const simpler_chip_tensor* t, std::uint64_t off, void* dst, std::uint64_t n);
+  /// The tasks the innermost open scope holds on `ring` (rings.cpp).
   std::uint64_t scope_tasks_on_ring(std::uint32_t ring) const noexcept;
 
   // Scheduler side (scheduler.cpp)
