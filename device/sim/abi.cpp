@@ -16,70 +16,6 @@
 namespace simpler::sim {
 namespace {
 
-struct StatusInfo {
-  int code;
-  const char* name;
-  const char* meaning;
-};
-
-constexpr StatusInfo kStatuses[] = {
-    {SIMPLER_OK, "SIMPLER_OK", "success"},
-    {SIMPLER_ERR_INVALID_ARGUMENT, "SIMPLER_ERR_INVALID_ARGUMENT",
-     "an argument is NULL or out of range"},
-    {SIMPLER_ERR_NOT_INITIALISED, "SIMPLER_ERR_NOT_INITIALISED",
-     "the context is not initialised (call simpler_init)"},
-    {SIMPLER_ERR_FINALISED, "SIMPLER_ERR_FINALISED", "the context was finalised"},
-    {SIMPLER_ERR_RUN_ACTIVE, "SIMPLER_ERR_RUN_ACTIVE", "a run is in progress on the context"},
-    {SIMPLER_ERR_NO_RUN, "SIMPLER_ERR_NO_RUN", "there is no prepared or launched run"},
-    {SIMPLER_ERR_UNKNOWN_CALLABLE, "SIMPLER_ERR_UNKNOWN_CALLABLE",
-     "the callable id is not registered"},
-    {SIMPLER_ERR_DUPLICATE_CALLABLE, "SIMPLER_ERR_DUPLICATE_CALLABLE",
-     "the callable id is already registered"},
-    {SIMPLER_ERR_LOAD_FAILED, "SIMPLER_ERR_LOAD_FAILED",
-     "an orchestration or kernel shared object could not be loaded"},
-    {SIMPLER_ERR_OUT_OF_MEMORY, "SIMPLER_ERR_OUT_OF_MEMORY", "device memory is exhausted"},
-    {SIMPLER_ERR_SYSTEM, "SIMPLER_ERR_SYSTEM", "an operating-system call failed"},
-    {SIMPLER_ERR_ALREADY_INITIALISED, "SIMPLER_ERR_ALREADY_INITIALISED",
-     "the context is already initialised"},
-    {SIMPLER_ERR_CONTEXT_BROKEN, "SIMPLER_ERR_CONTEXT_BROKEN",
-     "a device thread is stuck in user code; the context cannot run again"},
-    {SIMPLER_ERR_SCOPE_DEADLOCK, "SIMPLER_ERR_SCOPE_DEADLOCK",
-     "a scope holds more tasks than its ring's task window"},
-    {SIMPLER_ERR_HEAP_RING_DEADLOCK, "SIMPLER_ERR_HEAP_RING_DEADLOCK",
-     "a heap ring is too small for the live outputs of the graph"},
-    {SIMPLER_ERR_FLOW_CONTROL_DEADLOCK, "SIMPLER_ERR_FLOW_CONTROL_DEADLOCK",
-     "a task window is too small for the live tasks of the graph"},
-    {SIMPLER_ERR_DEP_POOL_OVERFLOW, "SIMPLER_ERR_DEP_POOL_OVERFLOW",
-     "a dependency-list pool is exhausted"},
-    {SIMPLER_ERR_INVALID_TASK_ARGS, "SIMPLER_ERR_INVALID_TASK_ARGS",
-     "the orchestration submitted a task with invalid arguments"},
-    {SIMPLER_ERR_UNKNOWN_FUNC_ID, "SIMPLER_ERR_UNKNOWN_FUNC_ID",
-     "the orchestration named a func_id with no kernel"},
-    {SIMPLER_ERR_TOO_MANY_PRODUCERS, "SIMPLER_ERR_TOO_MANY_PRODUCERS",
-     "a task depends on more producer tasks than the runtime tracks"},
-    {SIMPLER_ERR_TENSOR_WAIT_TIMEOUT, "SIMPLER_ERR_TENSOR_WAIT_TIMEOUT",
-     "reading a tensor on the device waited too long for its writers"},
-    {SIMPLER_ERR_ORCH_FATAL, "SIMPLER_ERR_ORCH_FATAL", "the orchestration failed"},
-    {SIMPLER_ERR_SCOPE_OVERFLOW, "SIMPLER_ERR_SCOPE_OVERFLOW",
-     "scopes are unbalanced or nested too deep"},
-    {SIMPLER_ERR_TENSORMAP_OVERFLOW, "SIMPLER_ERR_TENSORMAP_OVERFLOW",
-     "too many live tensor writers for the TensorMap"},
-    {SIMPLER_ERR_ARG_COUNT, "SIMPLER_ERR_ARG_COUNT",
-     "the run's arguments do not match what the callable expects"},
-    {SIMPLER_ERR_KERNEL_FAILED, "SIMPLER_ERR_KERNEL_FAILED", "a kernel reported failure"},
-    {SIMPLER_ERR_KERNEL_FAULT, "SIMPLER_ERR_KERNEL_FAULT",
-     "a kernel faulted (invalid memory access, arithmetic error, illegal instruction)"},
-    {SIMPLER_ERR_SCHEDULER_TIMEOUT, "SIMPLER_ERR_SCHEDULER_TIMEOUT",
-     "the device made no progress within the watchdog period (stuck kernel or deadlock)"},
-};
-
-const StatusInfo* find_status(int status) noexcept {
-  for (const auto& s : kStatuses) {
-    if (s.code == status) return &s;
-  }
-  return nullptr;
-}
-
 template <class F>
 int guarded(Context* ctx, F&& f) noexcept {
   if (ctx == nullptr) return SIMPLER_ERR_INVALID_ARGUMENT;
@@ -109,13 +45,13 @@ const Context* as_ctx(const simpler_device_context* c) noexcept {
 
 }  // namespace
 
+// Both from the one table of status_codes.h.
 const char* status_name(int status) noexcept {
-  const StatusInfo* s = find_status(status);
-  return s != nullptr ? s->name : "SIMPLER_ERR_UNKNOWN";
+  return status_code_name(status);  // "SIMPLER_ERR_UNKNOWN" for a code not in the table
 }
 const char* status_meaning(int status) noexcept {
-  const StatusInfo* s = find_status(status);
-  return s != nullptr ? s->meaning : "an unknown status code (is the host newer than the runtime?)";
+  return is_status_code(status) ? status_code_meaning(status)
+                                : "an unknown status code (is the host newer than the runtime?)";
 }
 
 }  // namespace simpler::sim
@@ -148,7 +84,7 @@ SIMPLER_EXPORT void simpler_destroy_context(simpler_device_context* ctx) {
   static_cast<void>(c->finalize());
   // A broken context still has a thread inside user code that will touch it when it returns:
   // leave it allocated (documented in device_abi.h).
-  if (!c->broken.load()) {
+  if (!c->outcome.broken.load()) {
     delete c;
     return;
   }
@@ -169,7 +105,7 @@ SIMPLER_EXPORT int simpler_finalize(simpler_device_context* ctx) {
 }
 
 SIMPLER_EXPORT const char* simpler_last_error(const simpler_device_context* ctx) {
-  return ctx == nullptr ? "NULL device context" : as_ctx(ctx)->last_error.c_str();
+  return ctx == nullptr ? "NULL device context" : as_ctx(ctx)->life.last_error.c_str();
 }
 
 SIMPLER_EXPORT int simpler_get_stats(const simpler_device_context* ctx,
@@ -194,7 +130,7 @@ SIMPLER_EXPORT int simpler_device_free(simpler_device_context* ctx, void* ptr) {
 
 SIMPLER_EXPORT int simpler_copy_to_device(simpler_device_context* ctx, void* dev, const void* host,
                                           size_t bytes) {
-  return guarded(as_ctx(ctx), [&] {
+  return guarded(as_ctx(ctx), [&]() -> int {
     if ((dev == nullptr || host == nullptr) && bytes > 0) {
       return as_ctx(ctx)->fail(SIMPLER_ERR_INVALID_ARGUMENT, "copy_to_device: NULL pointer");
     }
@@ -205,7 +141,7 @@ SIMPLER_EXPORT int simpler_copy_to_device(simpler_device_context* ctx, void* dev
 
 SIMPLER_EXPORT int simpler_copy_from_device(simpler_device_context* ctx, void* host,
                                             const void* dev, size_t bytes) {
-  return guarded(as_ctx(ctx), [&] {
+  return guarded(as_ctx(ctx), [&]() -> int {
     if ((dev == nullptr || host == nullptr) && bytes > 0) {
       return as_ctx(ctx)->fail(SIMPLER_ERR_INVALID_ARGUMENT, "copy_from_device: NULL pointer");
     }

@@ -154,29 +154,29 @@ void wire_arena_pointers(std::byte* base) {
 }
 
 int Context::ensure_arena(const Sizing& s) {
-  if (have_arena && arena_sizing == s) return SIMPLER_OK;
+  if (arena.built && arena.sizing == s) return SIMPLER_OK;
   release_arena();
 
   // Host side: lay out, initialise, wire (the host image is complete and self-consistent).
   const ArenaLayout layout = reserve_layout(s);
   try {
-    host_image.assign(layout.size, std::byte{0});
+    arena.host_image.assign(layout.size, std::byte{0});
   } catch (const std::bad_alloc&) {
     return fail(SIMPLER_ERR_OUT_OF_MEMORY,
                 "the runtime arena (" + std::to_string(layout.size) +
                     " bytes) does not fit in host memory; reduce runtime_env ring sizes");
   }
-  init_arena_data(host_image.data(), layout, s);
-  wire_arena_pointers(host_image.data());
-  ++n_arena_builds;
+  init_arena_data(arena.host_image.data(), layout, s);
+  wire_arena_pointers(arena.host_image.data());
+  ++counters.arena_builds;
 
   // Device side: one allocation for the arena, one (lazily committed) for task memory, one for
   // the heaps. The arena is uploaded with one copy.
-  arena = static_cast<std::byte*>(device_malloc(layout.size));
-  if (arena == nullptr) return SIMPLER_ERR_OUT_OF_MEMORY;
-  arena_size = layout.size;
-  std::memcpy(arena, host_image.data(), layout.size);
-  ++n_arena_uploads;
+  arena.base = static_cast<std::byte*>(device_malloc(layout.size));
+  if (arena.base == nullptr) return SIMPLER_ERR_OUT_OF_MEMORY;
+  arena.size = layout.size;
+  std::memcpy(arena.base, arena.host_image.data(), layout.size);
+  ++counters.arena_uploads;
 
   std::size_t tm_bytes = 0;
   for (int r = 0; r < kRings; ++r) {
@@ -185,50 +185,50 @@ int Context::ensure_arena(const Sizing& s) {
   }
   std::size_t heap_bytes = 0;
   for (int r = 0; r < kRings; ++r) heap_bytes += align_up(s.heap[r], 4096);
-  task_memory = map_lazily(tm_bytes);
-  heap_memory = map_lazily(heap_bytes);
-  if (task_memory == nullptr || heap_memory == nullptr) {
+  arena.task_memory = map_lazily(tm_bytes);
+  arena.heap_memory = map_lazily(heap_bytes);
+  if (arena.task_memory == nullptr || arena.heap_memory == nullptr) {
     release_arena();
     return fail(SIMPLER_ERR_OUT_OF_MEMORY,
                 "cannot reserve task memory (" + std::to_string(tm_bytes) + " bytes) and heaps (" +
                     std::to_string(heap_bytes) + " bytes); reduce runtime_env ring sizes");
   }
-  task_memory_size = tm_bytes;
-  heap_memory_size = heap_bytes;
-  arena_sizing = s;
-  have_arena = true;
-  arena_dirty = false;
+  arena.task_memory_size = tm_bytes;
+  arena.heap_memory_size = heap_bytes;
+  arena.sizing = s;
+  arena.built = true;
+  arena.dirty = false;
   return SIMPLER_OK;
 }
 
 void Context::release_arena() noexcept {
-  if (arena != nullptr) device_free(arena);
-  arena = nullptr;
-  arena_size = 0;
-  if (task_memory != nullptr) ::munmap(task_memory, task_memory_size);
-  if (heap_memory != nullptr) ::munmap(heap_memory, heap_memory_size);
-  task_memory = heap_memory = nullptr;
-  task_memory_size = heap_memory_size = 0;
-  have_arena = false;
-  host_image.clear();
-  host_image.shrink_to_fit();
+  if (arena.base != nullptr) device_free(arena.base);
+  arena.base = nullptr;
+  arena.size = 0;
+  if (arena.task_memory != nullptr) ::munmap(arena.task_memory, arena.task_memory_size);
+  if (arena.heap_memory != nullptr) ::munmap(arena.heap_memory, arena.heap_memory_size);
+  arena.task_memory = arena.heap_memory = nullptr;
+  arena.task_memory_size = arena.heap_memory_size = 0;
+  arena.built = false;
+  arena.host_image.clear();
+  arena.host_image.shrink_to_fit();
 }
 
 void Context::boot() {
   const auto t0 = Clock::now();
-  if (arena_dirty) {
+  if (arena.dirty) {
     // A failed run may have left tasks in the ready queues and slots mid-flight; start from the
     // host image again (one copy) instead of walking the queues.
-    std::memcpy(arena, host_image.data(), arena_size);
-    ++n_arena_uploads;
-    arena_dirty = false;
+    std::memcpy(arena.base, arena.host_image.data(), arena.size);
+    ++counters.arena_uploads;
+    arena.dirty = false;
   }
-  wire_arena_pointers(arena);
+  wire_arena_pointers(arena.base);
   ArenaHeader& h = header();
   const Sizing& s = h.sizing;
   // Task memory and heaps: fixed addresses per ring, assigned by offset arithmetic.
-  std::byte* tm = static_cast<std::byte*>(task_memory);
-  std::byte* heap = static_cast<std::byte*>(heap_memory);
+  std::byte* tm = static_cast<std::byte*>(arena.task_memory);
+  std::byte* heap = static_cast<std::byte*>(arena.heap_memory);
   for (int r = 0; r < kRings; ++r) {
     RingControl& rc = h.rings[r];
     rc.slots = std::launder(reinterpret_cast<SlotState*>(tm));
@@ -262,8 +262,8 @@ void Context::boot() {
   for (int r = 0; r < kRings; ++r) tmap.fifo_head[r] = tmap.fifo_tail[r] = 0;
   h.scopes.depth = 0;
   h.scopes.top = 0;
-  ++n_boots;
-  n_last_boot_ns = static_cast<std::uint64_t>(
+  ++counters.boots;
+  counters.last_boot_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
 }
 

@@ -36,19 +36,31 @@ std::string dl_error() {
 Context::Context() = default;
 
 Context::~Context() {
-  if (initialised && !finalised) static_cast<void>(finalize());
+  if (life.initialised && !life.finalised) static_cast<void>(finalize());
 }
 
 int Context::fail(int status, std::string message) {
-  last_error = std::move(message);
+  life.last_error = std::move(message);
   return status;
 }
 
+void Context::latch(int status, std::string message) {
+  int expected = 0;
+  if (outcome.status.compare_exchange_strong(expected, status, std::memory_order_seq_cst)) {
+    std::lock_guard lk(outcome.mu);
+    outcome.message = std::move(message);
+  }
+  notify_schedulers();
+  notify_progress();
+  outcome.done_event.notify_all();
+}
+
 int Context::init(std::int32_t id, const simpler_init_options* opts) {
-  if (finalised) return fail(SIMPLER_ERR_FINALISED, "the context was finalised; create a new one");
-  if (initialised) {
+  if (life.finalised)
+    return fail(SIMPLER_ERR_FINALISED, "the context was finalised; create a new one");
+  if (life.initialised) {
     return fail(SIMPLER_ERR_ALREADY_INITIALISED,
-                fmt::format("the context is already initialised on device {}", device_id));
+                fmt::format("the context is already initialised on device {}", config.device_id));
   }
   if (id < 0) {
     return fail(SIMPLER_ERR_INVALID_ARGUMENT,
@@ -76,60 +88,60 @@ int Context::init(std::int32_t id, const simpler_init_options* opts) {
                             "plus schedulers)",
                             o.aicpu_thread_num, kMaxAicpuThreads));
   }
-  device_id = id;
-  if (o.num_clusters != 0) num_clusters = o.num_clusters;
-  if (o.aicpu_thread_num != 0) default_aicpu_threads = o.aicpu_thread_num;
+  config.device_id = id;
+  if (o.num_clusters != 0) config.num_clusters = o.num_clusters;
+  if (o.aicpu_thread_num != 0) config.default_aicpu_threads = o.aicpu_thread_num;
   if (o.scheduler_timeout_ms != 0)
-    scheduler_timeout = std::chrono::milliseconds(o.scheduler_timeout_ms);
-  if (o.resource_wait_ms != 0) resource_wait = std::chrono::milliseconds(o.resource_wait_ms);
-  if (o.tensor_wait_ms != 0) tensor_wait = std::chrono::milliseconds(o.tensor_wait_ms);
+    config.scheduler_timeout = std::chrono::milliseconds(o.scheduler_timeout_ms);
+  if (o.resource_wait_ms != 0) config.resource_wait = std::chrono::milliseconds(o.resource_wait_ms);
+  if (o.tensor_wait_ms != 0) config.tensor_wait = std::chrono::milliseconds(o.tensor_wait_ms);
 
   install_fault_handler();
-  core_count = 3 * num_clusters;
-  cores = std::make_unique<Core[]>(core_count);
-  for (std::uint32_t k = 0; k < num_clusters; ++k) {
-    Core& aic = cores[k];
+  threads.core_count = 3 * config.num_clusters;
+  threads.cores = std::make_unique<Core[]>(threads.core_count);
+  for (std::uint32_t k = 0; k < config.num_clusters; ++k) {
+    Core& aic = threads.cores[k];
     aic.global = {0, static_cast<std::int32_t>(k), 0, static_cast<std::int32_t>(k)};
     for (std::uint32_t sub = 0; sub < 2; ++sub) {
-      const std::uint32_t idx = num_clusters + 2 * k + sub;
-      cores[idx].global = {static_cast<std::int32_t>(sub), static_cast<std::int32_t>(idx), 1,
-                           static_cast<std::int32_t>(k)};
+      const std::uint32_t idx = config.num_clusters + 2 * k + sub;
+      threads.cores[idx].global = {static_cast<std::int32_t>(sub), static_cast<std::int32_t>(idx),
+                                   1, static_cast<std::int32_t>(k)};
     }
   }
-  orch_rt.base.ops = orch_ops();
-  orch_rt.ctx = this;
+  run.orch_rt.base.ops = orch_ops();
+  run.orch_rt.ctx = this;
   if (const int rc = start_threads(); rc != SIMPLER_OK) return rc;
-  initialised = true;
+  life.initialised = true;
   return SIMPLER_OK;
 }
 
 int Context::finalize() {
-  if (finalised) return SIMPLER_OK;
-  if (!initialised) {
-    finalised = true;
+  if (life.finalised) return SIMPLER_OK;
+  if (!life.initialised) {
+    life.finalised = true;
     return SIMPLER_OK;
   }
-  if (phase == Phase::Running) static_cast<void>(wait_run());
-  if (phase != Phase::Idle) static_cast<void>(finalize_run());
+  if (life.phase == Phase::Running) static_cast<void>(wait_run());
+  if (life.phase != Phase::Idle) static_cast<void>(finalize_run());
   stop_threads();
   for (int id = 0; id < kMaxCallables; ++id) {
-    if (callables[id].registered) static_cast<void>(unregister_callable(id));
+    if (life.callables[id].registered) static_cast<void>(unregister_callable(id));
   }
-  finalised = true;
+  life.finalised = true;
   // A thread stuck in user code still reads the arena, task memory and device buffers when it
   // returns: a broken context keeps them (and itself, see simpler_destroy_context).
-  if (broken.load()) return SIMPLER_OK;
+  if (outcome.broken.load()) return SIMPLER_OK;
   release_arena();
-  std::lock_guard lk(mem_mu);
-  for (auto& [p, n] : blocks) std::free(p);
-  blocks.clear();
-  committed = 0;
+  std::lock_guard lk(memory.mu);
+  for (auto& [p, n] : memory.blocks) std::free(p);
+  memory.blocks.clear();
+  memory.committed = 0;
   return SIMPLER_OK;
 }
 
 void* Context::device_malloc(std::size_t bytes) {
-  if (!initialised || finalised) {
-    fail(finalised ? SIMPLER_ERR_FINALISED : SIMPLER_ERR_NOT_INITIALISED,
+  if (!life.initialised || life.finalised) {
+    fail(life.finalised ? SIMPLER_ERR_FINALISED : SIMPLER_ERR_NOT_INITIALISED,
          "device_malloc needs an initialised context");
     return nullptr;
   }
@@ -146,135 +158,170 @@ void* Context::device_malloc(std::size_t bytes) {
          fmt::format("cannot allocate {} bytes of device memory", bytes));
     return nullptr;
   }
-  std::lock_guard lk(mem_mu);
-  blocks.emplace_back(p, rounded);
-  committed += rounded;
+  std::lock_guard lk(memory.mu);
+  memory.blocks.emplace_back(p, rounded);
+  memory.committed += rounded;
   return p;
 }
 
 int Context::device_free(void* p) {
   if (p == nullptr) return SIMPLER_OK;
-  std::lock_guard lk(mem_mu);
-  const auto it =
-      std::find_if(blocks.begin(), blocks.end(), [p](const auto& b) { return b.first == p; });
-  if (it == blocks.end()) {
+  std::lock_guard lk(memory.mu);
+  const auto it = std::find_if(memory.blocks.begin(), memory.blocks.end(),
+                               [p](const auto& b) { return b.first == p; });
+  if (it == memory.blocks.end()) {
     return fail(
         SIMPLER_ERR_INVALID_ARGUMENT,
         fmt::format("device_free: {} was not returned by device_malloc on this context", p));
   }
-  committed -= it->second;
+  memory.committed -= it->second;
   std::free(it->first);
-  blocks.erase(it);
+  memory.blocks.erase(it);
   return SIMPLER_OK;
 }
 
-int Context::register_callable(std::int32_t id, const simpler_chip_callable_desc* d) {
-  if (finalised) return fail(SIMPLER_ERR_FINALISED, "the context was finalised");
-  if (!initialised)
-    return fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init before registering");
-  if (phase != Phase::Idle) {
-    return fail(SIMPLER_ERR_RUN_ACTIVE, "cannot register a callable while a run is in progress");
+namespace {
+
+/// The context can take a registration under `id`.
+int check_can_register(Context& ctx, std::int32_t id) {
+  if (ctx.life.finalised) return ctx.fail(SIMPLER_ERR_FINALISED, "the context was finalised");
+  if (!ctx.life.initialised)
+    return ctx.fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init before registering");
+  if (ctx.life.phase != Phase::Idle) {
+    return ctx.fail(SIMPLER_ERR_RUN_ACTIVE,
+                    "cannot register a callable while a run is in progress");
   }
   if (id < 0 || id >= kMaxCallables) {
-    return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                fmt::format("callable id {} is outside 0..{}", id, kMaxCallables - 1));
+    return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                    fmt::format("callable id {} is outside 0..{}", id, kMaxCallables - 1));
   }
-  if (callables[id].registered) {
-    return fail(
+  if (ctx.life.callables[id].registered) {
+    return ctx.fail(
         SIMPLER_ERR_DUPLICATE_CALLABLE,
         fmt::format("callable id {} is already registered (from {}); unregister it first or "
                     "use another id",
-                    id, callables[id].orch_path));
+                    id, ctx.life.callables[id].orch_path));
   }
+  return SIMPLER_OK;
+}
+
+/// The descriptor names an orchestration and a valid kernel table (func_ids in range and
+/// distinct, every kernel with a path).
+int check_callable_desc(Context& ctx, const simpler_chip_callable_desc* d) {
   if (d == nullptr || d->orch_path == nullptr || d->orch_path[0] == '\0') {
-    return fail(SIMPLER_ERR_INVALID_ARGUMENT, "the chip callable has no orchestration path");
+    return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT, "the chip callable has no orchestration path");
   }
   if (d->struct_size < sizeof(simpler_chip_callable_desc)) {
-    return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                fmt::format("simpler_chip_callable_desc.struct_size is {}; expected {}",
-                            d->struct_size, sizeof(simpler_chip_callable_desc)));
+    return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                    fmt::format("simpler_chip_callable_desc.struct_size is {}; expected {}",
+                                d->struct_size, sizeof(simpler_chip_callable_desc)));
   }
   if (d->kernel_count > 0 && d->kernels == nullptr) {
-    return fail(SIMPLER_ERR_INVALID_ARGUMENT, "kernel_count is set but kernels is NULL");
+    return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT, "kernel_count is set but kernels is NULL");
   }
-  Callable c;
-  c.kernels.assign(SIMPLER_MAX_FUNC_ID, nullptr);
   for (std::uint32_t i = 0; i < d->kernel_count; ++i) {
     const simpler_kernel_desc& k = d->kernels[i];
     if (k.func_id < 0 || k.func_id >= SIMPLER_MAX_FUNC_ID) {
-      return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("kernel {} has func_id {}; func_ids are 0..{}", i, k.func_id,
-                              SIMPLER_MAX_FUNC_ID - 1));
+      return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                      fmt::format("kernel {} has func_id {}; func_ids are 0..{}", i, k.func_id,
+                                  SIMPLER_MAX_FUNC_ID - 1));
     }
     if (k.path == nullptr || k.path[0] == '\0') {
-      return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("kernel func_id {} has no path", k.func_id));
+      return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                      fmt::format("kernel func_id {} has no path", k.func_id));
     }
     for (std::uint32_t j = 0; j < i; ++j) {
       if (d->kernels[j].func_id == k.func_id) {
-        return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                    fmt::format("func_id {} appears twice in the kernel table", k.func_id));
+        return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                        fmt::format("func_id {} appears twice in the kernel table", k.func_id));
       }
     }
   }
-  auto unload = [&c] {
-    for (void* h : c.kernel_handles) ::dlclose(h);
-    if (c.orch_handle != nullptr) ::dlclose(c.orch_handle);
-  };
-  c.orch_path = d->orch_path;
-  c.orch_handle = ::dlopen(d->orch_path, RTLD_NOW | RTLD_LOCAL);
+  return SIMPLER_OK;
+}
+
+/// Closes every module `c` has open.
+void unload(Callable& c) noexcept {
+  for (void* h : c.kernel_handles) ::dlclose(h);
+  if (c.orch_handle != nullptr) ::dlclose(c.orch_handle);
+}
+
+/// Loads the orchestration of `d` and resolves its entry point (and expected argument count).
+int load_orchestration(Context& ctx, const simpler_chip_callable_desc& d, Callable& c) {
+  c.orch_path = d.orch_path;
+  c.orch_handle = ::dlopen(d.orch_path, RTLD_NOW | RTLD_LOCAL);
   if (c.orch_handle == nullptr) {
-    return fail(SIMPLER_ERR_LOAD_FAILED,
-                fmt::format("cannot load the orchestration {}: {}", d->orch_path, dl_error()));
+    return ctx.fail(SIMPLER_ERR_LOAD_FAILED,
+                    fmt::format("cannot load the orchestration {}: {}", d.orch_path, dl_error()));
   }
-  const char* entry = d->orch_entry != nullptr ? d->orch_entry : "aicpu_orchestration_entry";
+  const char* entry = d.orch_entry != nullptr ? d.orch_entry : "aicpu_orchestration_entry";
   c.entry = reinterpret_cast<simpler_orch_entry_fn>(::dlsym(c.orch_handle, entry));
   if (c.entry == nullptr) {
-    unload();
-    return fail(SIMPLER_ERR_LOAD_FAILED,
-                fmt::format("the orchestration {} does not export {}", d->orch_path, entry));
+    unload(c);
+    return ctx.fail(SIMPLER_ERR_LOAD_FAILED,
+                    fmt::format("the orchestration {} does not export {}", d.orch_path, entry));
   }
   if (auto* f = reinterpret_cast<simpler_orch_expected_args_fn>(
           ::dlsym(c.orch_handle, "aicpu_orchestration_expected_args"))) {
     c.expected_args = f();
   }
-  for (std::uint32_t i = 0; i < d->kernel_count; ++i) {
-    const simpler_kernel_desc& k = d->kernels[i];
+  return SIMPLER_OK;
+}
+
+/// Loads every kernel of `d` into `c.kernels` (by func_id). On failure, unloads everything `c`
+/// loaded, the orchestration included.
+int load_kernels(Context& ctx, const simpler_chip_callable_desc& d, Callable& c) {
+  for (std::uint32_t i = 0; i < d.kernel_count; ++i) {
+    const simpler_kernel_desc& k = d.kernels[i];
     void* h = ::dlopen(k.path, RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
       const std::string why = dl_error();
-      unload();
-      return fail(SIMPLER_ERR_LOAD_FAILED,
-                  fmt::format("cannot load kernel func_id {} from {}: {}", k.func_id, k.path, why));
+      unload(c);
+      return ctx.fail(
+          SIMPLER_ERR_LOAD_FAILED,
+          fmt::format("cannot load kernel func_id {} from {}: {}", k.func_id, k.path, why));
     }
     c.kernel_handles.push_back(h);
     const char* sym = k.symbol != nullptr ? k.symbol : "kernel_entry";
     auto* fn = reinterpret_cast<simpler_kernel_fn>(::dlsym(h, sym));
     if (fn == nullptr) {
-      unload();
-      return fail(SIMPLER_ERR_LOAD_FAILED,
-                  fmt::format("kernel func_id {} ({}) does not export {}", k.func_id, k.path, sym));
+      unload(c);
+      return ctx.fail(
+          SIMPLER_ERR_LOAD_FAILED,
+          fmt::format("kernel func_id {} ({}) does not export {}", k.func_id, k.path, sym));
     }
     c.kernels[static_cast<std::size_t>(k.func_id)] = fn;
   }
+  return SIMPLER_OK;
+}
+
+}  // namespace
+
+int Context::register_callable(std::int32_t id, const simpler_chip_callable_desc* d) {
+  if (const int rc = check_can_register(*this, id); rc != SIMPLER_OK) return rc;
+  if (const int rc = check_callable_desc(*this, d); rc != SIMPLER_OK) return rc;
+  Callable c;
+  c.kernels.assign(SIMPLER_MAX_FUNC_ID, nullptr);
+  if (const int rc = load_orchestration(*this, *d, c); rc != SIMPLER_OK) return rc;
+  if (const int rc = load_kernels(*this, *d, c); rc != SIMPLER_OK) return rc;
   c.registered = true;
-  ++n_orch_loads;
-  n_kernel_loads += d->kernel_count;
-  callables[id] = std::move(c);
+  ++counters.orch_loads;
+  counters.kernel_loads += d->kernel_count;
+  life.callables[id] = std::move(c);
   return SIMPLER_OK;
 }
 
 int Context::unregister_callable(std::int32_t id) {
-  if (!initialised) return fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init first");
-  if (phase != Phase::Idle) {
+  if (!life.initialised) return fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init first");
+  if (life.phase != Phase::Idle) {
     return fail(SIMPLER_ERR_RUN_ACTIVE, "cannot unregister a callable while a run is in progress");
   }
-  if (id < 0 || id >= kMaxCallables || !callables[id].registered) {
+  if (id < 0 || id >= kMaxCallables || !life.callables[id].registered) {
     return fail(SIMPLER_ERR_UNKNOWN_CALLABLE, fmt::format("callable id {} is not registered", id));
   }
-  Callable& c = callables[id];
+  Callable& c = life.callables[id];
   // After a kernel got stuck its code may still be running: keep every module mapped.
-  if (!broken.load()) {
+  if (!outcome.broken.load()) {
     for (void* h : c.kernel_handles) ::dlclose(h);
     ::dlclose(c.orch_handle);
   }
@@ -282,52 +329,73 @@ int Context::unregister_callable(std::int32_t id) {
   return SIMPLER_OK;
 }
 
-int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
-                         const simpler_run_config* cfg) {
-  if (finalised) return fail(SIMPLER_ERR_FINALISED, "the context was finalised; create a new one");
-  if (!initialised) return fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init before running");
-  if (broken.load()) {
-    std::lock_guard lk(msg_mu);
-    return fail(
-        SIMPLER_ERR_CONTEXT_BROKEN,
-        fmt::format("the context is unusable: {}; destroy it and create a new one", broken_reason));
+namespace {
+
+/// The context can prepare a run: initialised, not finalised or broken, no run in progress.
+int check_can_prepare(Context& ctx) {
+  if (ctx.life.finalised)
+    return ctx.fail(SIMPLER_ERR_FINALISED, "the context was finalised; create a new one");
+  if (!ctx.life.initialised)
+    return ctx.fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init before running");
+  if (ctx.outcome.broken.load()) {
+    std::lock_guard lk(ctx.outcome.mu);
+    return ctx.fail(SIMPLER_ERR_CONTEXT_BROKEN,
+                    fmt::format("the context is unusable: {}; destroy it and create a new one",
+                                ctx.outcome.broken_reason));
   }
-  if (phase != Phase::Idle) {
-    return fail(SIMPLER_ERR_RUN_ACTIVE, "a run is already prepared or in progress on this context");
+  if (ctx.life.phase != Phase::Idle) {
+    return ctx.fail(SIMPLER_ERR_RUN_ACTIVE,
+                    "a run is already prepared or in progress on this context");
   }
-  if (id < 0 || id >= kMaxCallables || !callables[id].registered) {
-    std::string known;
-    for (int i = 0; i < kMaxCallables; ++i) {
-      if (callables[i].registered) known += fmt::format("{}{}", known.empty() ? "" : ", ", i);
-    }
-    return fail(SIMPLER_ERR_UNKNOWN_CALLABLE,
-                fmt::format("callable id {} is not registered (registered: {})", id,
-                            known.empty() ? "none" : known));
+  return SIMPLER_OK;
+}
+
+/// Callable `id` is registered; the message of a failure lists those that are.
+int check_registered(Context& ctx, std::int32_t id) {
+  if (id >= 0 && id < kMaxCallables && ctx.life.callables[id].registered) return SIMPLER_OK;
+  std::string known;
+  for (int i = 0; i < kMaxCallables; ++i) {
+    if (ctx.life.callables[i].registered)
+      known += fmt::format("{}{}", known.empty() ? "" : ", ", i);
   }
-  const std::int32_t tc = args != nullptr ? args->tensor_count : 0;
-  const std::int32_t sc = args != nullptr ? args->scalar_count : 0;
+  return ctx.fail(SIMPLER_ERR_UNKNOWN_CALLABLE,
+                  fmt::format("callable id {} is not registered (registered: {})", id,
+                              known.empty() ? "none" : known));
+}
+
+/// The run passes `tc` tensors and `sc` scalars within the limits, with arrays, and at least
+/// as many as callable `id` expects.
+int check_arg_counts(Context& ctx, std::int32_t id, const simpler_task_args* args, std::int32_t tc,
+                     std::int32_t sc) {
   if (tc < 0 || sc < 0 || tc > 256 || sc > 128 || (tc > 0 && args->tensors == nullptr) ||
       (sc > 0 && args->scalars == nullptr)) {
-    return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                fmt::format("the run has {} tensors and {} scalars; a run takes 0..256 tensors and "
-                            "0..128 scalars (with non-NULL arrays)",
-                            tc, sc));
+    return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                    fmt::format("the run has {} tensors and {} scalars; a run takes 0..256 "
+                                "tensors and 0..128 scalars (with non-NULL arrays)",
+                                tc, sc));
   }
-  if (callables[id].expected_args > 0 && tc + sc < callables[id].expected_args) {
-    return fail(SIMPLER_ERR_ARG_COUNT,
-                fmt::format("callable {} expects {} arguments (tensors + scalars) but the run "
-                            "passes {}",
-                            id, callables[id].expected_args, tc + sc));
+  const std::int32_t expected = ctx.life.callables[id].expected_args;
+  if (expected > 0 && tc + sc < expected) {
+    return ctx.fail(SIMPLER_ERR_ARG_COUNT,
+                    fmt::format("callable {} expects {} arguments (tensors + scalars) but the "
+                                "run passes {}",
+                                id, expected, tc + sc));
   }
-  std::vector<simpler_chip_tensor> tensors(static_cast<std::size_t>(tc));
+  return SIMPLER_OK;
+}
+
+/// The run's `tc` host tensors as the chip tensors the orchestration receives, each checked.
+int convert_run_tensors(Context& ctx, const simpler_task_args* args, std::int32_t tc,
+                        std::vector<simpler_chip_tensor>& out) {
+  out.resize(static_cast<std::size_t>(tc));
   for (std::int32_t i = 0; i < tc; ++i) {
     const simpler_tensor& t = args->tensors[i];
     if (t.ndims < 1 || t.ndims > 5 || simpler_dtype_size(t.dtype) == 0 || t.data == 0) {
-      return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("run tensor {} is invalid (ndims {}, dtype {}, data {:#x})", i,
-                              t.ndims, t.dtype, t.data));
+      return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                      fmt::format("run tensor {} is invalid (ndims {}, dtype {}, data {:#x})", i,
+                                  t.ndims, t.dtype, t.data));
     }
-    simpler_chip_tensor& c = tensors[static_cast<std::size_t>(i)];
+    simpler_chip_tensor& c = out[static_cast<std::size_t>(i)];
     c = simpler_chip_tensor{};
     c.addr = t.data;
     c.offset = 0;
@@ -338,150 +406,181 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
     // Orchestrations compute views and reads of run tensors from their size: it must not wrap.
     std::uint64_t bytes = 0;
     if (!tensor_bytes(c, bytes) || !fits(c.addr, bytes)) {
-      return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("run tensor {} (shape {}) is invalid, more than "
-                              "SIMPLER_MAX_TENSOR_BYTES ({}) bytes, or runs past the end of the "
-                              "address space",
-                              i, shape_text(t.shapes, t.ndims, t.dtype), SIMPLER_MAX_TENSOR_BYTES));
+      return ctx.fail(
+          SIMPLER_ERR_INVALID_ARGUMENT,
+          fmt::format("run tensor {} (shape {}) is invalid, more than "
+                      "SIMPLER_MAX_TENSOR_BYTES ({}) bytes, or runs past the end of "
+                      "the address space",
+                      i, shape_text(t.shapes, t.ndims, t.dtype), SIMPLER_MAX_TENSOR_BYTES));
     }
   }
-  int threads = default_aicpu_threads;
-  Sizing s{};
-  if (cfg != nullptr && cfg->struct_size != 0 && cfg->struct_size < sizeof(simpler_run_config)) {
-    return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                fmt::format("simpler_run_config.struct_size is {}; expected {}", cfg->struct_size,
-                            sizeof(simpler_run_config)));
+  return SIMPLER_OK;
+}
+
+/// Ring `r`'s window, heap and dependency pool from the config (0 or no config: the default),
+/// each checked against its bounds.
+int ring_sizing(Context& ctx, const simpler_run_config* cfg, int r, Sizing& s) {
+  const bool have_cfg = cfg != nullptr;
+  s.window[r] =
+      have_cfg && cfg->ring_task_window[r] != 0 ? cfg->ring_task_window[r] : kDefaultWindow;
+  s.heap[r] = have_cfg && cfg->ring_heap[r] != 0 ? cfg->ring_heap[r] : kDefaultHeap;
+  s.dep_pool[r] = have_cfg && cfg->ring_dep_pool[r] != 0 ? cfg->ring_dep_pool[r] : 4 * s.window[r];
+  if (!is_pow2(s.window[r]) || s.window[r] < 4 || s.window[r] > (std::uint64_t{1} << 20)) {
+    return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                    fmt::format("ring_task_window[{}] is {}; it must be a power of two in [4, "
+                                "1048576]",
+                                r, s.window[r]));
   }
-  const bool have_cfg = cfg != nullptr && cfg->struct_size != 0;
-  if (have_cfg && cfg->aicpu_thread_num != 0) {
+  // Upper bounds too: the arena and heap sizes are products and sums of these, and a value
+  // near 2^64 once wrapped them to a few bytes while the ring still believed its own size.
+  if (s.heap[r] < 1024 || s.heap[r] > kMaxRingHeap) {
+    return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                    fmt::format("ring_heap[{}] is {} bytes; it must be in [1024, {}]", r, s.heap[r],
+                                kMaxRingHeap));
+  }
+  if (s.dep_pool[r] < 4 || s.dep_pool[r] > kMaxDepPool) {
+    return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                    fmt::format("ring_dep_pool[{}] is {}; it must be in [4, {}]", r, s.dep_pool[r],
+                                kMaxDepPool));
+  }
+  return SIMPLER_OK;
+}
+
+/// What the run config resolves to: the AICPU threads of the run (`threads` holds the context
+/// default on entry) and the arena sizing.
+int resolve_run_config(Context& ctx, const simpler_run_config* cfg, int& threads, Sizing& s) {
+  if (cfg != nullptr && cfg->struct_size != 0 && cfg->struct_size < sizeof(simpler_run_config)) {
+    return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                    fmt::format("simpler_run_config.struct_size is {}; expected {}",
+                                cfg->struct_size, sizeof(simpler_run_config)));
+  }
+  if (cfg != nullptr && cfg->struct_size == 0) cfg = nullptr;  // all defaults
+  if (cfg != nullptr && cfg->aicpu_thread_num != 0) {
     if (cfg->aicpu_thread_num < 2 || cfg->aicpu_thread_num > kMaxAicpuThreads) {
-      return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("aicpu_thread_num {} must be 0 (default) or 2..{}",
-                              cfg->aicpu_thread_num, kMaxAicpuThreads));
+      return ctx.fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                      fmt::format("aicpu_thread_num {} must be 0 (default) or 2..{}",
+                                  cfg->aicpu_thread_num, kMaxAicpuThreads));
     }
     threads = cfg->aicpu_thread_num;
   }
   std::uint64_t total_window = 0;
   for (int r = 0; r < kRings; ++r) {
-    s.window[r] =
-        have_cfg && cfg->ring_task_window[r] != 0 ? cfg->ring_task_window[r] : kDefaultWindow;
-    s.heap[r] = have_cfg && cfg->ring_heap[r] != 0 ? cfg->ring_heap[r] : kDefaultHeap;
-    s.dep_pool[r] =
-        have_cfg && cfg->ring_dep_pool[r] != 0 ? cfg->ring_dep_pool[r] : 4 * s.window[r];
-    if (!is_pow2(s.window[r]) || s.window[r] < 4 || s.window[r] > (std::uint64_t{1} << 20)) {
-      return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("ring_task_window[{}] is {}; it must be a power of two in [4, "
-                              "1048576]",
-                              r, s.window[r]));
-    }
-    // Upper bounds too: the arena and heap sizes are products and sums of these, and a value
-    // near 2^64 once wrapped them to a few bytes while the ring still believed its own size.
-    if (s.heap[r] < 1024 || s.heap[r] > kMaxRingHeap) {
-      return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("ring_heap[{}] is {} bytes; it must be in [1024, {}]", r, s.heap[r],
-                              kMaxRingHeap));
-    }
-    if (s.dep_pool[r] < 4 || s.dep_pool[r] > kMaxDepPool) {
-      return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("ring_dep_pool[{}] is {}; it must be in [4, {}]", r, s.dep_pool[r],
-                              kMaxDepPool));
-    }
+    if (const int rc = ring_sizing(ctx, cfg, r, s); rc != SIMPLER_OK) return rc;
     total_window += s.window[r];
   }
   s.tensormap_entries = std::max<std::uint64_t>(4096, 2 * total_window);
   s.tensormap_buckets = std::max<std::uint64_t>(1024, pow2_at_least(total_window));
+  return SIMPLER_OK;
+}
+
+}  // namespace
+
+int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
+                         const simpler_run_config* cfg) {
+  if (const int rc = check_can_prepare(*this); rc != SIMPLER_OK) return rc;
+  if (const int rc = check_registered(*this, id); rc != SIMPLER_OK) return rc;
+  const std::int32_t tc = args != nullptr ? args->tensor_count : 0;
+  const std::int32_t sc = args != nullptr ? args->scalar_count : 0;
+  if (const int rc = check_arg_counts(*this, id, args, tc, sc); rc != SIMPLER_OK) return rc;
+  std::vector<simpler_chip_tensor> tensors;
+  if (const int rc = convert_run_tensors(*this, args, tc, tensors); rc != SIMPLER_OK) return rc;
+  int aicpu_threads = config.default_aicpu_threads;
+  Sizing s{};
+  if (const int rc = resolve_run_config(*this, cfg, aicpu_threads, s); rc != SIMPLER_OK) return rc;
   if (const int rc = ensure_arena(s); rc != SIMPLER_OK) return rc;
 
-  run_callable = id;
-  run_threads = threads;
-  run_tensors = std::move(tensors);
-  run_scalars.assign(args != nullptr && sc > 0 ? args->scalars : nullptr,
+  run.callable = id;
+  run.threads = aicpu_threads;
+  run.tensors = std::move(tensors);
+  run.scalars.assign(args != nullptr && sc > 0 ? args->scalars : nullptr,
                      args != nullptr && sc > 0 ? args->scalars + sc : nullptr);
-  phase = Phase::Prepared;
+  life.phase = Phase::Prepared;
   return SIMPLER_OK;
 }
 
 int Context::launch_run() {
-  if (phase != Phase::Prepared) {
-    return fail(SIMPLER_ERR_NO_RUN, phase == Phase::Idle
+  if (life.phase != Phase::Prepared) {
+    return fail(SIMPLER_ERR_NO_RUN, life.phase == Phase::Idle
                                         ? "launch_run needs a prepared run (call prepare_run)"
                                         : "the run was already launched");
   }
   install_fault_handler();
   boot();
   // relaxed: the device threads are asleep; the seq_cst generation bump below publishes these.
-  run_status_.store(0, std::memory_order_relaxed);
+  outcome.status.store(0, std::memory_order_relaxed);
   {
-    std::lock_guard lk(msg_mu);
-    run_message.clear();
+    std::lock_guard lk(outcome.mu);
+    outcome.message.clear();
   }
-  orch_done.store(0, std::memory_order_relaxed);
-  submitted.store(0, std::memory_order_relaxed);
-  completed.store(0, std::memory_order_relaxed);
-  threads_done.store(0, std::memory_order_relaxed);
-  cores_busy.store(0, std::memory_order_relaxed);
-  const int nsched = run_threads - 1;
-  for (std::uint32_t k = 0; k < num_clusters; ++k) {
+  orch.done.store(0, std::memory_order_relaxed);
+  orch.submitted.store(0, std::memory_order_relaxed);
+  sched.completed.store(0, std::memory_order_relaxed);
+  outcome.threads_done.store(0, std::memory_order_relaxed);
+  sched.cores_busy.store(0, std::memory_order_relaxed);
+  const int nsched = run.threads - 1;
+  for (std::uint32_t k = 0; k < config.num_clusters; ++k) {
     const int s = static_cast<int>(k % static_cast<std::uint32_t>(nsched));
-    cores[k].scheduler = s;
-    cores[num_clusters + 2 * k].scheduler = s;
-    cores[num_clusters + 2 * k + 1].scheduler = s;
+    threads.cores[k].scheduler = s;
+    threads.cores[config.num_clusters + 2 * k].scheduler = s;
+    threads.cores[config.num_clusters + 2 * k + 1].scheduler = s;
   }
   // seq_cst: the device threads' launch check reads `generation` with seq_cst after registering.
-  generation.fetch_add(1, std::memory_order_seq_cst);
-  launch_event.notify_all();
-  phase = Phase::Running;
+  threads.generation.fetch_add(1, std::memory_order_seq_cst);
+  threads.launch_event.notify_all();
+  life.phase = Phase::Running;
   return SIMPLER_OK;
 }
 
 int Context::wait_run() {
-  if (phase == Phase::Finished) return SIMPLER_OK;
-  if (phase != Phase::Running) {
+  if (life.phase == Phase::Finished) return SIMPLER_OK;
+  if (life.phase != Phase::Running) {
     return fail(SIMPLER_ERR_NO_RUN, "wait_run needs a launched run (prepare_run, launch_run)");
   }
   constexpr std::uint32_t kThreads = kMaxAicpuThreads;  // the orchestrator + every scheduler
-  auto all_done = [this] { return threads_done.load(std::memory_order_seq_cst) == kThreads; };
+  auto all_done = [this] {
+    return outcome.threads_done.load(std::memory_order_seq_cst) == kThreads;
+  };
   // The watchdog ends every run whose device threads are alive; only an orchestration stuck in
   // its own code can keep the orchestrator thread from finishing. Give it the watchdog period
   // after the run failed, then declare the context broken.
   std::optional<Clock::time_point> failed_at;
-  while (!done_event.await(all_done, std::chrono::microseconds(20),
-                           Clock::now() + std::chrono::milliseconds(100))) {
+  while (!outcome.done_event.await(all_done, std::chrono::microseconds(20),
+                                   Clock::now() + std::chrono::milliseconds(100))) {
     if (!fatal()) continue;
     if (!failed_at) failed_at = Clock::now();
-    if (Clock::now() - *failed_at > scheduler_timeout + kStuckGrace &&
-        threads_done.load(std::memory_order_seq_cst) == kThreads - 1 &&
-        orch_done.load(std::memory_order_seq_cst) == 0) {
-      std::lock_guard lk(msg_mu);
-      broken.store(true);
-      orch_stuck = true;
-      broken_reason = "the orchestration function never returned";
+    if (Clock::now() - *failed_at > config.scheduler_timeout + kStuckGrace &&
+        outcome.threads_done.load(std::memory_order_seq_cst) == kThreads - 1 &&
+        orch.done.load(std::memory_order_seq_cst) == 0) {
+      std::lock_guard lk(outcome.mu);
+      outcome.broken.store(true);
+      outcome.orch_stuck = true;
+      outcome.broken_reason = "the orchestration function never returned";
       break;
     }
   }
-  phase = Phase::Finished;
-  return run_status_.load(std::memory_order_seq_cst);
+  life.phase = Phase::Finished;
+  return outcome.status.load(std::memory_order_seq_cst);
 }
 
 int Context::finalize_run() {
-  if (phase == Phase::Prepared) {  // abandoned before launch
-    phase = Phase::Idle;
+  if (life.phase == Phase::Prepared) {  // abandoned before launch
+    life.phase = Phase::Idle;
     return SIMPLER_OK;
   }
-  if (phase == Phase::Running) static_cast<void>(wait_run());
-  if (phase != Phase::Finished) {
+  if (life.phase == Phase::Running) static_cast<void>(wait_run());
+  if (life.phase != Phase::Finished) {
     return fail(SIMPLER_ERR_NO_RUN, "finalize_run needs a prepared or launched run");
   }
-  phase = Phase::Idle;
-  ++n_runs;
-  n_tasks_completed += completed.load(std::memory_order_seq_cst);
-  const int status = run_status_.load(std::memory_order_seq_cst);
+  life.phase = Phase::Idle;
+  ++counters.runs;
+  counters.tasks_completed += sched.completed.load(std::memory_order_seq_cst);
+  const int status = outcome.status.load(std::memory_order_seq_cst);
   if (status != 0) {
-    arena_dirty = true;
-    std::lock_guard lk(msg_mu);
-    last_error = run_message;
-    if (broken.load())
-      last_error += fmt::format(" (the context is now unusable: {})", broken_reason);
+    arena.dirty = true;
+    std::lock_guard lk(outcome.mu);
+    life.last_error = outcome.message;
+    if (outcome.broken.load())
+      life.last_error += fmt::format(" (the context is now unusable: {})", outcome.broken_reason);
   }
   return status;
 }
@@ -489,21 +588,21 @@ int Context::finalize_run() {
 void Context::stats(simpler_context_stats* out) const {
   simpler_context_stats s{};
   s.struct_size = sizeof s;
-  s.orch_so_loads = n_orch_loads;
-  s.kernel_so_loads = n_kernel_loads;
-  s.arena_builds = n_arena_builds;
-  s.arena_uploads = n_arena_uploads;
-  s.boots = n_boots;
-  s.runs = n_runs;
-  s.tasks_completed = n_tasks_completed;
-  s.last_boot_ns = n_last_boot_ns;
+  s.orch_so_loads = counters.orch_loads;
+  s.kernel_so_loads = counters.kernel_loads;
+  s.arena_builds = counters.arena_builds;
+  s.arena_uploads = counters.arena_uploads;
+  s.boots = counters.boots;
+  s.runs = counters.runs;
+  s.tasks_completed = counters.tasks_completed;
+  s.last_boot_ns = counters.last_boot_ns;
   {
-    std::lock_guard lk(mem_mu);
-    s.committed_bytes = committed;
+    std::lock_guard lk(memory.mu);
+    s.committed_bytes = memory.committed;
   }
-  s.num_clusters = num_clusters;
-  s.aic_cores = num_clusters;
-  s.aiv_cores = 2 * num_clusters;
+  s.num_clusters = config.num_clusters;
+  s.aic_cores = config.num_clusters;
+  s.aiv_cores = 2 * config.num_clusters;
   *out = s;
 }
 

@@ -99,10 +99,10 @@ void op_report_fatal(simpler_orch_runtime* rt, const char* message) {
                                message != nullptr ? message : "(no message)"));
 }
 uint32_t op_clusters(simpler_orch_runtime* rt) {
-  return ctx_of(rt).num_clusters;
+  return ctx_of(rt).config.num_clusters;
 }
 uint32_t op_aivs(simpler_orch_runtime* rt) {
-  return 2 * ctx_of(rt).num_clusters;
+  return 2 * ctx_of(rt).config.num_clusters;
 }
 
 constexpr simpler_orch_ops kOps = {SIMPLER_TASK_ABI_VERSION,
@@ -143,11 +143,11 @@ void install_fault_handler() {
 
 int Context::start_threads() {
   try {
-    for (std::uint32_t i = 0; i < core_count; ++i)
-      cores[i].thread = std::thread([this, i] { core_main(static_cast<int>(i)); });
+    for (std::uint32_t i = 0; i < threads.core_count; ++i)
+      threads.cores[i].thread = std::thread([this, i] { core_main(static_cast<int>(i)); });
     for (int s = 0; s < kMaxAicpuThreads - 1; ++s)
-      sched_threads[s] = std::thread([this, s] { scheduler_main(s); });
-    orch_thread = std::thread([this] { orchestrator_main(); });
+      threads.sched_threads[s] = std::thread([this, s] { scheduler_main(s); });
+    threads.orch_thread = std::thread([this] { orchestrator_main(); });
   } catch (const std::system_error& e) {
     stop_threads();
     return fail(SIMPLER_ERR_SYSTEM, fmt::format("cannot start the device threads: {}", e.what()));
@@ -156,40 +156,40 @@ int Context::start_threads() {
 }
 
 void Context::stop_threads() noexcept {
-  stopping.store(1, std::memory_order_seq_cst);
-  launch_event.notify_all();
-  for (auto& w : sched_wake) w.notify_all();
-  for (std::uint32_t i = 0; i < core_count; ++i) cores[i].wake.notify_all();
-  if (orch_thread.joinable()) {
-    if (broken && orch_stuck)
-      orch_thread.detach();
+  threads.stopping.store(1, std::memory_order_seq_cst);
+  threads.launch_event.notify_all();
+  for (auto& w : sched.wake) w.notify_all();
+  for (std::uint32_t i = 0; i < threads.core_count; ++i) threads.cores[i].wake.notify_all();
+  if (threads.orch_thread.joinable()) {
+    if (outcome.broken && outcome.orch_stuck)
+      threads.orch_thread.detach();
     else
-      orch_thread.join();
+      threads.orch_thread.join();
   }
-  for (auto& t : sched_threads) {
+  for (auto& t : threads.sched_threads) {
     if (t.joinable()) t.join();
   }
-  for (std::uint32_t i = 0; i < core_count; ++i) {
-    if (!cores[i].thread.joinable()) continue;
-    if (broken && cores[i].running != SIMPLER_INVALID_TASK_ID) {
+  for (std::uint32_t i = 0; i < threads.core_count; ++i) {
+    if (!threads.cores[i].thread.joinable()) continue;
+    if (outcome.broken && threads.cores[i].running != SIMPLER_INVALID_TASK_ID) {
       // Still inside a kernel that never returned; the context (and so the core array) is
       // kept alive for it by simpler_destroy_context.
-      cores[i].thread.detach();
+      threads.cores[i].thread.detach();
     } else {
-      cores[i].thread.join();
+      threads.cores[i].thread.join();
     }
   }
 }
 
 bool Context::wait_for_launch(std::uint32_t& seen) {
-  launch_event.await(
+  threads.launch_event.await(
       [&] {
-        return stopping.load(std::memory_order_seq_cst) != 0 ||
-               generation.load(std::memory_order_seq_cst) != seen;
+        return threads.stopping.load(std::memory_order_seq_cst) != 0 ||
+               threads.generation.load(std::memory_order_seq_cst) != seen;
       },
       std::chrono::nanoseconds(0), far_future());
-  if (stopping.load(std::memory_order_seq_cst) != 0) return false;
-  seen = generation.load(std::memory_order_seq_cst);
+  if (threads.stopping.load(std::memory_order_seq_cst) != 0) return false;
+  seen = threads.generation.load(std::memory_order_seq_cst);
   return true;
 }
 
@@ -199,12 +199,12 @@ void Context::orchestrator_main() {
     if (!wait_for_launch(seen)) return;
 
     scope_begin();  // the run's own scope (ring 0)
-    const Callable& c = callables[run_callable];
-    const simpler_orch_args args{static_cast<std::int32_t>(run_tensors.size()),
-                                 static_cast<std::int32_t>(run_scalars.size()), run_tensors.data(),
-                                 run_scalars.data()};
+    const Callable& c = life.callables[run.callable];
+    const simpler_orch_args args{static_cast<std::int32_t>(run.tensors.size()),
+                                 static_cast<std::int32_t>(run.scalars.size()), run.tensors.data(),
+                                 run.scalars.data()};
     try {
-      c.entry(&orch_rt.base, &args);
+      c.entry(&run.orch_rt.base, &args);
     } catch (const std::exception& e) {
       latch(SIMPLER_ERR_ORCH_FATAL,
             fmt::format("the orchestration threw an exception: {}", e.what()));
@@ -219,15 +219,15 @@ void Context::orchestrator_main() {
                         depth - 1));
     }
     while (header().scopes.depth > 0) end_scope(true);
-    orch_done.store(1, std::memory_order_seq_cst);
+    orch.done.store(1, std::memory_order_seq_cst);
     notify_schedulers();
-    threads_done.fetch_add(1, std::memory_order_seq_cst);
-    done_event.notify_all();
+    outcome.threads_done.fetch_add(1, std::memory_order_seq_cst);
+    outcome.done_event.notify_all();
   }
 }
 
 void Context::core_main(int index) {
-  Core& c = cores[static_cast<std::size_t>(index)];
+  Core& c = threads.cores[static_cast<std::size_t>(index)];
   // 0 is the register's reset value; a scheduler may already have written a token by the time
   // this thread runs, so do not read the register here.
   std::uint32_t last = 0;
@@ -235,18 +235,18 @@ void Context::core_main(int index) {
     std::uint32_t token = last;
     c.wake.await(
         [&] {
-          if (stopping.load(std::memory_order_seq_cst) != 0) return true;
+          if (threads.stopping.load(std::memory_order_seq_cst) != 0) return true;
           token = c.dmb.load(std::memory_order_seq_cst);
           return token != last;
         },
         std::chrono::microseconds(20), far_future());
-    if (stopping.load(std::memory_order_seq_cst) != 0) return;
+    if (threads.stopping.load(std::memory_order_seq_cst) != 0) return;
     last = token;
     c.fault_signal = run_guarded(c);
-    const int sched = c.scheduler;
+    const int owner = c.scheduler;
     // seq_cst: the scheduler's sleep check reads COND with seq_cst after registering.
     c.cond.store(kCondFin | token, std::memory_order_seq_cst);
-    sched_wake[sched].notify_all();
+    sched.wake[owner].notify_all();
   }
 }
 
@@ -266,9 +266,9 @@ void Context::scheduler_main(int index) {
   std::uint32_t seen = 0;
   for (;;) {
     if (!wait_for_launch(seen)) return;
-    if (index < run_threads - 1) run_scheduler(index);
-    threads_done.fetch_add(1, std::memory_order_seq_cst);
-    done_event.notify_all();
+    if (index < run.threads - 1) run_scheduler(index);
+    outcome.threads_done.fetch_add(1, std::memory_order_seq_cst);
+    outcome.done_event.notify_all();
   }
 }
 
@@ -288,24 +288,24 @@ void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id) {
   c.local.block_num = 1;
   c.local.failed = 0;
   c.local.message[0] = '\0';
-  c.fn = callables[run_callable].kernels[static_cast<std::size_t>(func_id)];
+  c.fn = life.callables[run.callable].kernels[static_cast<std::size_t>(func_id)];
   c.fault_signal = 0;
   c.func_id = func_id;
   c.running = id;
   c.started = Clock::now();
   c.token = next_token(c);
   // relaxed (cores_busy, progress): watchdog heuristics; no data is published through them.
-  cores_busy.fetch_add(1, std::memory_order_relaxed);
+  sched.cores_busy.fetch_add(1, std::memory_order_relaxed);
   // seq_cst: pairs with the core's sleep check (EventCount protocol); also publishes args.
   c.dmb.store(c.token, std::memory_order_seq_cst);
   c.wake.notify_all();
-  progress.fetch_add(1, std::memory_order_relaxed);
+  sched.progress.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Context::finish_core(Core& c, bool& pushed) {
   const std::uint64_t id = c.running;
   c.running = SIMPLER_INVALID_TASK_ID;
-  cores_busy.fetch_sub(1, std::memory_order_relaxed);
+  sched.cores_busy.fetch_sub(1, std::memory_order_relaxed);
   if (c.fault_signal != 0) {
     latch(SIMPLER_ERR_KERNEL_FAULT,
           fmt::format("kernel func_id {} of task {}:{} faulted with signal {} ({}) at address "
@@ -325,175 +325,272 @@ void Context::finish_core(Core& c, bool& pushed) {
     complete_task(id, &pushed);
 }
 
-void Context::run_scheduler(int s) {
-  const int nsched = run_threads - 1;
-  const std::uint32_t C = num_clusters;
-  std::vector<std::uint32_t> clusters, aic, aiv, all;
-  for (std::uint32_t k = 0; k < C; ++k) {
-    if (static_cast<int>(k % static_cast<std::uint32_t>(nsched)) != s) continue;
-    clusters.push_back(k);
-    aic.push_back(k);
-    aiv.push_back(C + 2 * k);
-    aiv.push_back(C + 2 * k + 1);
-    all.insert(all.end(), {k, C + 2 * k, C + 2 * k + 1});
+namespace {
+
+/// One scheduler's run, on its thread: the cores it owns (those of the clusters k with
+/// k % schedulers == index), the passes that complete their finished tasks and dispatch ready
+/// ones to them, the watchdog, and the sleep between passes.
+class SchedulerRun {
+ public:
+  SchedulerRun(Context& ctx, int index)
+      : ctx_(ctx),
+        index_(index),
+        clusters_total_(ctx.config.num_clusters),
+        cores_(ctx.threads.cores.get()),
+        q_aic_(ctx.header().queues[static_cast<int>(Shape::Aic)]),
+        q_aiv_(ctx.header().queues[static_cast<int>(Shape::Aiv)]),
+        q_mix_(ctx.header().queues[static_cast<int>(Shape::Mix)]),
+        seen_progress_(ctx.sched.progress.load(std::memory_order_relaxed)),
+        last_change_(Clock::now()) {
+    const std::uint32_t C = clusters_total_;
+    const int nsched = ctx.run.threads - 1;
+    for (std::uint32_t k = 0; k < C; ++k) {
+      if (static_cast<int>(k % static_cast<std::uint32_t>(nsched)) != index) continue;
+      clusters_.push_back(k);
+      aic_.push_back(k);
+      aiv_.push_back(C + 2 * k);
+      aiv_.push_back(C + 2 * k + 1);
+      all_.insert(all_.end(), {k, C + 2 * k, C + 2 * k + 1});
+    }
   }
-  ArenaHeader& h = header();
-  ReadyQueue& q_aic = h.queues[static_cast<int>(Shape::Aic)];
-  ReadyQueue& q_aiv = h.queues[static_cast<int>(Shape::Aiv)];
-  ReadyQueue& q_mix = h.queues[static_cast<int>(Shape::Mix)];
-  auto idle = [this](std::uint32_t core) { return cores[core].running == SIMPLER_INVALID_TASK_ID; };
-  auto finished = [this](std::uint32_t core) {
-    const Core& c = cores[core];
+
+  /// Passes until the run is over for this scheduler: every task completed, or the run failed
+  /// and none of its cores still runs a kernel (or one never returns).
+  void run() {
+    for (;;) {
+      // Tasks this pass made ready are queued without waking anyone: this scheduler dispatches
+      // what its idle cores can take and wakes the others only for what is left (in a chain, no
+      // wake-up at all).
+      bool pushed = false;
+      bool did = finish_reported(pushed);
+      if (!ctx_.fatal()) did |= dispatch_ready();
+      if (pushed && any_queued()) ctx_.notify_schedulers();
+      const bool own_running = any_running();
+      if (run_over(own_running)) return;
+      if (did) continue;
+
+      const auto now = Clock::now();
+      switch (watchdog(now, own_running)) {
+        case Watch::Quiet:
+          break;
+        case Watch::Reported:
+          continue;
+        case Watch::Broken:
+          return;
+      }
+      // Sleep until there is something to do; wake every 100 ms for the watchdog.
+      ctx_.sched.wake[index_].await([this] { return has_work(); }, std::chrono::microseconds(20),
+                                    now + std::chrono::milliseconds(100));
+    }
+  }
+
+ private:
+  enum class Watch { Quiet, Reported, Broken };
+
+  // Core indices: [0, C) AIC, C + 2k and C + 2k + 1 the AIVs of cluster k.
+  std::uint32_t aiv0_of(std::uint32_t k) const noexcept { return clusters_total_ + 2 * k; }
+  std::uint32_t aiv1_of(std::uint32_t k) const noexcept { return clusters_total_ + 2 * k + 1; }
+
+  bool idle(std::uint32_t core) const noexcept {
+    return cores_[core].running == SIMPLER_INVALID_TASK_ID;
+  }
+  bool finished(std::uint32_t core) const noexcept {
+    const Core& c = cores_[core];
     return c.running != SIMPLER_INVALID_TASK_ID &&
            c.cond.load(std::memory_order_seq_cst) == (kCondFin | c.token);
-  };
+  }
+  bool any_running() const noexcept {
+    bool running = false;
+    for (std::uint32_t core : all_) running |= !idle(core);
+    return running;
+  }
+  bool any_queued() const noexcept { return !q_aic_.empty() || !q_aiv_.empty() || !q_mix_.empty(); }
+  bool all_completed() const noexcept {
+    return ctx_.orch.done.load(std::memory_order_seq_cst) != 0 &&
+           ctx_.sched.completed.load(std::memory_order_seq_cst) ==
+               ctx_.orch.submitted.load(std::memory_order_seq_cst);
+  }
+  bool run_over(bool own_running) const noexcept {
+    if (ctx_.fatal()) return !own_running;
+    return all_completed();
+  }
 
-  std::uint64_t seen_progress = progress.load(std::memory_order_relaxed);
-  auto last_change = Clock::now();
-  for (;;) {
+  /// Completes the tasks of the cores that reported FIN. True when there were any.
+  bool finish_reported(bool& pushed) {
     bool did = false;
-    // Tasks this pass made ready are queued without waking anyone: this scheduler dispatches
-    // what its idle cores can take and wakes the others only for what is left (in a chain, no
-    // wake-up at all).
-    bool pushed = false;
-    for (std::uint32_t core : all) {
+    for (std::uint32_t core : all_) {
       if (finished(core)) {
-        finish_core(cores[core], pushed);
+        ctx_.finish_core(cores_[core], pushed);
         did = true;
       }
     }
-    if (!fatal()) {
-      // MIX first: a MIX task needs every lane it names idle in one cluster.
-      std::uint64_t id;
-      while (!q_mix.empty()) {
-        std::uint32_t free_cluster = C;
-        bool any_candidate = false;
-        for (std::uint32_t k : clusters) {
-          if ((idle(k) ? 1 : 0) + (idle(C + 2 * k) ? 1 : 0) + (idle(C + 2 * k + 1) ? 1 : 0) >= 2) {
-            any_candidate = true;
-            break;
-          }
-        }
-        if (!any_candidate || !q_mix.pop(id)) break;
-        const SlotState& st = slot_of(id);
-        for (std::uint32_t k : clusters) {
-          const bool ok = ((st.lane_mask & 1) == 0 || idle(k)) &&
-                          ((st.lane_mask & 2) == 0 || idle(C + 2 * k)) &&
-                          ((st.lane_mask & 4) == 0 || idle(C + 2 * k + 1));
-          if (ok) {
-            free_cluster = k;
-            break;
-          }
-        }
-        if (free_cluster == C) {
-          q_mix.push(id);  // no cluster of ours fits it now; another scheduler or a later pass
-          break;
-        }
-        const Payload& p = payload_of(id);
-        if (st.lane_mask & 1) dispatch_lane(cores[free_cluster], id, p.kernels[0]);
-        if (st.lane_mask & 2) dispatch_lane(cores[C + 2 * free_cluster], id, p.kernels[1]);
-        if (st.lane_mask & 4) dispatch_lane(cores[C + 2 * free_cluster + 1], id, p.kernels[2]);
-        did = true;
-      }
-      for (std::uint32_t core : aic) {
-        if (!idle(core)) continue;
-        if (!q_aic.pop(id)) break;
-        dispatch_lane(cores[core], id, payload_of(id).kernels[0]);
-        did = true;
-      }
-      for (std::uint32_t core : aiv) {
-        if (!idle(core)) continue;
-        if (!q_aiv.pop(id)) break;
-        const Payload& p = payload_of(id);
-        dispatch_lane(cores[core], id, p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2]);
-        did = true;
-      }
-    }
-    if (pushed && (!q_aic.empty() || !q_aiv.empty() || !q_mix.empty())) notify_schedulers();
-    bool own_running = false;
-    for (std::uint32_t core : all) own_running |= !idle(core);
-    if (fatal()) {
-      if (!own_running) break;
-    } else if (orch_done.load(std::memory_order_seq_cst) != 0 &&
-               completed.load(std::memory_order_seq_cst) ==
-                   submitted.load(std::memory_order_seq_cst)) {
-      break;
-    }
-    if (did) continue;
+    return did;
+  }
 
-    // Watchdog: nothing completed, dispatched or submitted anywhere for scheduler_timeout.
-    const auto now = Clock::now();
-    const std::uint64_t pv = progress.load(std::memory_order_relaxed);
-    if (pv != seen_progress) {
-      seen_progress = pv;
-      last_change = now;
-    } else if (now - last_change >= scheduler_timeout) {
-      if (fatal() && now - last_change < scheduler_timeout + kStuckGrace) {
-        // The run already failed; give running kernels a grace period to return.
-      } else if (fatal()) {
-        // A kernel has not returned since the run failed: the context cannot be reused.
-        std::lock_guard lk(msg_mu);
-        broken.store(true, std::memory_order_seq_cst);
-        for (std::uint32_t core : all) {
-          if (!idle(core)) {
-            const Core& c = cores[core];
-            broken_reason = fmt::format(
-                "kernel func_id {} of task {}:{} on {} core {} never returned [dmb {:#x} cond "
-                "{:#x}]",
-                c.func_id, ring_of(c.running), local_of(c.running), core_kind(c), c.global.core_id,
-                c.dmb.load(), c.cond.load());
-          }
-        }
+  /// Dispatches ready tasks to idle cores: MIX first (a MIX task needs every lane it names idle
+  /// in one cluster), then AIC, then AIV. True when anything was dispatched.
+  bool dispatch_ready() {
+    bool did = dispatch_mix();
+    did |= dispatch_aic();
+    did |= dispatch_aiv();
+    return did;
+  }
+
+  /// A cluster of ours with at least two idle lanes: only then can a MIX task fit.
+  bool mix_may_fit() const noexcept {
+    for (std::uint32_t k : clusters_) {
+      if ((idle(k) ? 1 : 0) + (idle(aiv0_of(k)) ? 1 : 0) + (idle(aiv1_of(k)) ? 1 : 0) >= 2)
+        return true;
+    }
+    return false;
+  }
+  /// The first cluster of ours whose lanes in `lane_mask` are all idle, or C if none.
+  std::uint32_t cluster_for(std::uint8_t lane_mask) const noexcept {
+    for (std::uint32_t k : clusters_) {
+      if (((lane_mask & 1) == 0 || idle(k)) && ((lane_mask & 2) == 0 || idle(aiv0_of(k))) &&
+          ((lane_mask & 4) == 0 || idle(aiv1_of(k)))) {
+        return k;
+      }
+    }
+    return clusters_total_;
+  }
+
+  bool dispatch_mix() {
+    bool did = false;
+    std::uint64_t id;
+    while (!q_mix_.empty()) {
+      if (!mix_may_fit() || !q_mix_.pop(id)) break;
+      const SlotState& st = ctx_.slot_of(id);
+      const std::uint32_t k = cluster_for(st.lane_mask);
+      if (k == clusters_total_) {
+        q_mix_.push(id);  // no cluster of ours fits it now; another scheduler or a later pass
         break;
       }
-      // One scheduler reports: the one with a stalled core, else scheduler 0.
-      if (!fatal() &&
-          (own_running || (s == 0 && cores_busy.load(std::memory_order_relaxed) == 0))) {
-        latch(SIMPLER_ERR_SCHEDULER_TIMEOUT, stall_report(all, now));
-        last_change = now;
-        continue;
+      const Payload& p = ctx_.payload_of(id);
+      if (st.lane_mask & 1) ctx_.dispatch_lane(cores_[k], id, p.kernels[0]);
+      if (st.lane_mask & 2) ctx_.dispatch_lane(cores_[aiv0_of(k)], id, p.kernels[1]);
+      if (st.lane_mask & 4) ctx_.dispatch_lane(cores_[aiv1_of(k)], id, p.kernels[2]);
+      did = true;
+    }
+    return did;
+  }
+
+  bool dispatch_aic() {
+    bool did = false;
+    std::uint64_t id;
+    for (std::uint32_t core : aic_) {
+      if (!idle(core)) continue;
+      if (!q_aic_.pop(id)) break;
+      ctx_.dispatch_lane(cores_[core], id, ctx_.payload_of(id).kernels[0]);
+      did = true;
+    }
+    return did;
+  }
+
+  bool dispatch_aiv() {
+    bool did = false;
+    std::uint64_t id;
+    for (std::uint32_t core : aiv_) {
+      if (!idle(core)) continue;
+      if (!q_aiv_.pop(id)) break;
+      const Payload& p = ctx_.payload_of(id);
+      ctx_.dispatch_lane(cores_[core], id, p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2]);
+      did = true;
+    }
+    return did;
+  }
+
+  /// Nothing completed, dispatched or submitted anywhere for scheduler_timeout: one scheduler
+  /// reports the stall (the one with a stalled core, else scheduler 0). After a failure, running
+  /// kernels get kStuckGrace more to return; one that does not breaks the context.
+  Watch watchdog(Clock::time_point now, bool own_running) {
+    const auto timeout = ctx_.config.scheduler_timeout;
+    const std::uint64_t pv = ctx_.sched.progress.load(std::memory_order_relaxed);
+    if (pv != seen_progress_) {
+      seen_progress_ = pv;
+      last_change_ = now;
+      return Watch::Quiet;
+    }
+    if (now - last_change_ < timeout) return Watch::Quiet;
+    // The run already failed; give running kernels a grace period to return.
+    if (ctx_.fatal() && now - last_change_ < timeout + kStuckGrace) return Watch::Quiet;
+    if (ctx_.fatal()) {
+      declare_broken();
+      return Watch::Broken;
+    }
+    if (!ctx_.fatal() && (own_running || (index_ == 0 && ctx_.sched.cores_busy.load(
+                                                             std::memory_order_relaxed) == 0))) {
+      ctx_.latch(SIMPLER_ERR_SCHEDULER_TIMEOUT, ctx_.stall_report(all_, now));
+      last_change_ = now;
+      return Watch::Reported;
+    }
+    return Watch::Quiet;
+  }
+
+  /// A kernel has not returned since the run failed: the context cannot be reused.
+  void declare_broken() {
+    std::lock_guard lk(ctx_.outcome.mu);
+    ctx_.outcome.broken.store(true, std::memory_order_seq_cst);
+    for (std::uint32_t core : all_) {
+      if (!idle(core)) {
+        const Core& c = cores_[core];
+        ctx_.outcome.broken_reason = fmt::format(
+            "kernel func_id {} of task {}:{} on {} core {} never returned [dmb {:#x} cond "
+            "{:#x}]",
+            c.func_id, ring_of(c.running), local_of(c.running), core_kind(c), c.global.core_id,
+            c.dmb.load(), c.cond.load());
       }
     }
-    // Sleep until there is something to do; wake every 100 ms for the watchdog.
-    sched_wake[s].await(
-        [&] {
-          for (std::uint32_t core : all) {
-            if (finished(core)) return true;
-          }
-          if (fatal()) {
-            for (std::uint32_t core : all) {
-              if (!idle(core)) return false;  // wait for our running kernels to return
-            }
-            return true;
-          }
-          bool idle_aic = false, idle_aiv = false, idle_cluster = false;
-          for (std::uint32_t core : aic) idle_aic |= idle(core);
-          for (std::uint32_t core : aiv) idle_aiv |= idle(core);
-          for (std::uint32_t k : clusters) {
-            idle_cluster |= idle(k) && idle(C + 2 * k) && idle(C + 2 * k + 1);
-          }
-          if ((idle_aic && !q_aic.empty()) || (idle_aiv && !q_aiv.empty()) ||
-              (idle_cluster && !q_mix.empty())) {
-            return true;
-          }
-          return orch_done.load(std::memory_order_seq_cst) != 0 &&
-                 completed.load(std::memory_order_seq_cst) ==
-                     submitted.load(std::memory_order_seq_cst);
-        },
-        std::chrono::microseconds(20), now + std::chrono::milliseconds(100));
   }
+
+  /// The sleep's wake-up condition: a core of ours finished, a ready task fits an idle core of
+  /// ours, or the run is over (after a failure: once none of our kernels still runs).
+  bool has_work() const noexcept {
+    for (std::uint32_t core : all_) {
+      if (finished(core)) return true;
+    }
+    if (ctx_.fatal()) return !any_running();  // wait for our running kernels to return
+    bool idle_aic = false, idle_aiv = false, idle_cluster = false;
+    for (std::uint32_t core : aic_) idle_aic |= idle(core);
+    for (std::uint32_t core : aiv_) idle_aiv |= idle(core);
+    for (std::uint32_t k : clusters_) {
+      idle_cluster |= idle(k) && idle(aiv0_of(k)) && idle(aiv1_of(k));
+    }
+    if ((idle_aic && !q_aic_.empty()) || (idle_aiv && !q_aiv_.empty()) ||
+        (idle_cluster && !q_mix_.empty())) {
+      return true;
+    }
+    return all_completed();
+  }
+
+  Context& ctx_;
+  const int index_;
+  const std::uint32_t clusters_total_;  ///< C
+  Core* const cores_;
+  ReadyQueue& q_aic_;
+  ReadyQueue& q_aiv_;
+  ReadyQueue& q_mix_;
+  std::vector<std::uint32_t> clusters_, aic_, aiv_, all_;  ///< what this scheduler owns
+  std::uint64_t seen_progress_;  ///< the watchdog's last look at sched.progress
+  Clock::time_point last_change_;
+};
+
+}  // namespace
+
+void Context::run_scheduler(int index) {
+  SchedulerRun(*this, index).run();
 }
 
 std::string Context::stall_report(const std::vector<std::uint32_t>& owned, Clock::time_point now) {
   const auto ms = [](Clock::duration d) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
   };
-  const std::uint64_t sub = submitted.load(std::memory_order_seq_cst);
-  const std::uint64_t done = completed.load(std::memory_order_seq_cst);
-  const bool orch_finished = orch_done.load(std::memory_order_seq_cst) != 0;
+  const std::uint64_t sub = orch.submitted.load(std::memory_order_seq_cst);
+  const std::uint64_t done = sched.completed.load(std::memory_order_seq_cst);
+  const bool orch_finished = orch.done.load(std::memory_order_seq_cst) != 0;
   std::string running;
   for (std::uint32_t core : owned) {
-    const Core& c = cores[core];
+    const Core& c = threads.cores[core];
     if (c.running == SIMPLER_INVALID_TASK_ID) continue;
     running += fmt::format(
         "{}task {}:{} (func_id {}) on {} core {} for {} ms [dmb {:#x} cond {:#x}]",
@@ -501,7 +598,7 @@ std::string Context::stall_report(const std::vector<std::uint32_t>& owned, Clock
         core_kind(c), c.global.core_id, ms(now - c.started), c.dmb.load(), c.cond.load());
   }
   const auto head = fmt::format("no progress for {} ms ({} of {} submitted tasks completed{})",
-                                scheduler_timeout.count(), done, sub,
+                                config.scheduler_timeout.count(), done, sub,
                                 orch_finished ? "" : ", orchestration still running");
   if (!running.empty()) return fmt::format("{}: a kernel does not return: {}", head, running);
   const ArenaHeader& h = header();

@@ -14,6 +14,11 @@
 //  - task memory: per ring a window of SlotState (hot, 64 B) and Payload (cold) records,
 //    initialised when a slot is allocated, never in bulk;
 //  - heap rings: per ring the bytes runtime-allocated outputs live in.
+//
+// Files: abi.cpp (the C ABI), context.cpp (lifecycle, device memory, callables, the phases of a
+// run), arena.cpp (the runtime arena), scheduler.cpp (the device threads: orchestrator loop,
+// schedulers, cores, fault handler), orchestrator.cpp (submit, scopes, alloc/read tensor),
+// rings.cpp/.hpp (a task slot's life on its ring) and tensor_map.cpp/.hpp (the TensorMap).
 #pragma once
 
 #include <atomic>
@@ -120,6 +125,25 @@ struct alignas(64) SlotState {
   std::uint64_t dep_pool_mark = 0;
 };
 
+/// The slot lock: held for a handful of instructions (state change, list splice, ref count).
+class SlotLock {
+ public:
+  explicit SlotLock(SlotState& s) noexcept : s_(s) {
+    for (int spins = 0; s_.lock.exchange(1, std::memory_order_acquire) != 0; ++spins) {
+      if (spins < 64)
+        detail::cpu_relax();
+      else
+        std::this_thread::yield();
+    }
+  }
+  SlotLock(const SlotLock&) = delete;
+  SlotLock& operator=(const SlotLock&) = delete;
+  ~SlotLock() { s_.lock.store(0, std::memory_order_release); }
+
+ private:
+  SlotState& s_;
+};
+
 /// The cold record of a task: what its kernels receive, and the producers it holds.
 struct Payload {
   std::int32_t tensor_count = 0;
@@ -157,6 +181,17 @@ struct DepEntry {
   std::uint64_t consumer;
   std::uint64_t next;  ///< link: ring << 56 | (linear index + 1); 0 = end
 };
+
+/// The link to entry `linear` of `ring`'s dependency-list pool (never 0).
+[[nodiscard]] inline std::uint64_t dep_link(std::uint32_t ring, std::uint64_t linear) noexcept {
+  return (std::uint64_t{ring} << 56) | (linear + 1);
+}
+[[nodiscard]] inline std::uint32_t dep_link_ring(std::uint64_t link) noexcept {
+  return static_cast<std::uint32_t>(link >> 56);
+}
+[[nodiscard]] inline std::uint64_t dep_link_linear(std::uint64_t link) noexcept {
+  return (link & ((std::uint64_t{1} << 56) - 1)) - 1;
+}
 
 /// Per ring: the task window's counters, the heap bump pointer and the dependency-list pool.
 struct alignas(64) RingControl {
@@ -233,11 +268,42 @@ struct ArenaHeader {
   ScopeStack scopes;
 };
 
+/// True when task `id` retired: its ring's oldest live task is younger.
+[[nodiscard]] inline bool retired(const ArenaHeader& h, std::uint64_t id) noexcept {
+  return local_of(id) < h.rings[ring_of(id)].last_alive.load(std::memory_order_seq_cst);
+}
+
 ArenaLayout reserve_layout(const Sizing& s);
 /// Writes every data field of a fresh arena image at `base` (zeroes, queue sequence ramps).
 void init_arena_data(std::byte* base, const ArenaLayout& layout, const Sizing& s);
 /// Points every arena-internal pointer at `base` + its offset. Idempotent.
 void wire_arena_pointers(std::byte* base);
+
+// ---- resource waits ---------------------------------------------------------------------------
+
+/// The wall-clock backstop of a resource wait: it expires `limit` after the watched value (a
+/// retirement counter, a pool tail) last moved.
+template <class T>
+class Backstop {
+ public:
+  Backstop(T initial, std::chrono::milliseconds limit)
+      : seen_(initial), last_change_(Clock::now()), limit_(limit) {}
+  /// Records the value's current state; true once it has not moved for `limit`.
+  bool expired(T now_value) {
+    if (now_value != seen_) {
+      seen_ = now_value;
+      last_change_ = Clock::now();
+      return false;
+    }
+    return Clock::now() >= deadline();
+  }
+  [[nodiscard]] Clock::time_point deadline() const { return last_change_ + limit_; }
+
+ private:
+  T seen_;
+  Clock::time_point last_change_;
+  std::chrono::milliseconds limit_;
+};
 
 // ---- cores --------------------------------------------------------------------------------------
 
@@ -281,6 +347,12 @@ struct Callable {
 };
 
 // ---- the context ---------------------------------------------------------------------------
+//
+// The Context's state is split by the thread that writes it. "The host" is the thread driving
+// the context through the C API (one at a time); "the device threads" are the orchestrator, the
+// schedulers and the cores. Parts written by different threads per task live on cache lines of
+// their own (alignas(64) below); the read-mostly parts the device threads read per task (config,
+// run, threads, arena) are written only while the device threads sleep.
 
 enum class Phase { Idle, Prepared, Running, Finished };
 
@@ -292,12 +364,139 @@ struct OrchRuntime {
   Context* ctx;
 };
 
+/// An EventCount on a cache line of its own: the thread that sleeps on it writes its waiter
+/// count, so it must not share a line with another thread's.
+struct alignas(64) OwnLineEventCount : detail::EventCount {};
+
+/// Context-wide settings. Written by the host in init() before the device threads start;
+/// read-only afterwards.
+struct Config {
+  std::int32_t device_id = -1;
+  std::uint32_t num_clusters = 2;
+  std::int32_t default_aicpu_threads = 3;
+  std::chrono::milliseconds scheduler_timeout{10'000};
+  std::chrono::milliseconds resource_wait{2'000};
+  std::chrono::milliseconds tensor_wait{15'000};
+};
+
+/// Where the context is in its life, and what is registered on it. Written by the host only;
+/// the device threads read `callables[run.callable]` during a run (registration needs Idle).
+struct Lifecycle {
+  bool initialised = false;
+  bool finalised = false;
+  Phase phase = Phase::Idle;
+  Callable callables[kMaxCallables];
+  std::string last_error;  ///< the message of the last failing C API call
+};
+
+/// Device memory: 1024-aligned blocks from device_malloc. Written by the host; `mu` lets stats()
+/// read `committed` from a const context.
+struct DeviceMemory {
+  mutable std::mutex mu;
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  std::size_t committed = 0;
+};
+
+/// The runtime arena of one sizing: its host image, the device copy, task memory and heaps.
+/// Written by the host (ensure_arena, boot) while the device threads sleep; the device threads
+/// read `base` per task (through Context::header()).
+struct ArenaState {
+  bool built = false;
+  Sizing sizing{};
+  std::vector<std::byte> host_image;
+  std::byte* base = nullptr;
+  std::size_t size = 0;
+  void* task_memory = nullptr;
+  std::size_t task_memory_size = 0;
+  void* heap_memory = nullptr;
+  std::size_t heap_memory_size = 0;
+  bool dirty = false;  ///< a failed run left work in the queues
+};
+
+/// What simpler_get_stats reports. Written by the host only.
+struct Counters {
+  std::uint64_t orch_loads = 0, kernel_loads = 0, arena_builds = 0, arena_uploads = 0;
+  std::uint64_t boots = 0, runs = 0, tasks_completed = 0, last_boot_ns = 0;
+};
+
+/// What the current run executes. Written by the host in prepare_run/launch_run (the device
+/// threads sleep); read-only for the device threads during the run.
+struct RunSetup {
+  std::int32_t callable = -1;
+  int threads = 3;  ///< AICPU threads of this run (1 orchestrator + threads - 1 schedulers)
+  std::vector<simpler_chip_tensor> tensors;
+  std::vector<std::uint64_t> scalars;
+  OrchRuntime orch_rt{};  ///< set once by init()
+};
+
+/// How runs end. Any device thread latches the run's first failure into `status` and `message`;
+/// each device thread counts itself into `threads_done` when its part of the run is over; the host
+/// waits on `done_event`, reads the outcome, and resets it at the next launch. `broken` is set
+/// (under `mu`) by a scheduler's watchdog or by the host's wait_run, and never cleared.
+struct Outcome {
+  /// Read by every device thread per task (Context::fatal()), written once per failed run: on
+  /// a line of its own so that the writes below do not evict it.
+  alignas(64) std::atomic<int> status{0};
+  alignas(64) std::mutex mu;
+  std::string message;              ///< guarded by mu
+  std::atomic<bool> broken{false};  ///< a device thread is stuck in user code
+  bool orch_stuck = false;          ///< ... and it is the orchestrator (host only)
+  std::string broken_reason;        ///< guarded by mu
+  std::atomic<std::uint32_t> threads_done{0};
+  detail::EventCount done_event;  ///< the host waits on it (wait_run)
+};
+
+/// The orchestrator thread's shared state (reset by the host at launch).
+struct OrchState {
+  /// Tasks submitted (and allocs made) this run: written per submit, read by the schedulers only
+  /// once `done` is set and by the watchdog.
+  alignas(64) std::atomic<std::uint64_t> submitted{0};
+  /// Written once per run and when the orchestrator waits; read by the schedulers per task.
+  alignas(64) std::atomic<std::uint32_t> done{0};  ///< the orchestration returned
+  /// Wake-up filters for progress_event, so the orchestrator is not woken once per task while
+  /// it waits for a window to drain: a ring advance notifies only once last_alive reaches
+  /// wants_alive[ring] (0: every advance), a completion only while wants_completion.
+  /// Both are stored (seq_cst) before the orchestrator checks its condition and read (seq_cst)
+  /// after the notifier published its change, so a wake-up cannot be lost.
+  std::atomic<std::uint64_t> wants_alive[kRings] = {};
+  std::atomic<std::uint32_t> wants_completion{0};
+  detail::EventCount progress_event;  ///< the orchestrator waits on it for resources
+};
+
+/// The schedulers' shared state (counters reset by the host at launch). Each counter is written
+/// per task by several threads, so each has a cache line of its own.
+struct SchedState {
+  /// Tasks completed this run: by a scheduler per completion, by the orchestrator per alloc.
+  alignas(64) std::atomic<std::uint64_t> completed{0};
+  /// Cores running a kernel: by the owning scheduler per dispatch and per finish.
+  alignas(64) std::atomic<int> cores_busy{0};
+  /// Bumped on every completion, dispatch (schedulers) and submit (orchestrator); the watchdog
+  /// reads it.
+  alignas(64) std::atomic<std::uint64_t> progress{0};
+  /// Scheduler s sleeps on wake[s]; the orchestrator (ready tasks), the cores (FIN) and the other
+  /// schedulers notify it.
+  OwnLineEventCount wake[kMaxAicpuThreads - 1];
+};
+
+/// The device threads and the AICore cores. Started by the host in init() and stopped in
+/// finalize(); the host bumps `generation` to launch a run. The cores' own handshake state is in
+/// Core.
+struct Threads {
+  std::unique_ptr<Core[]> cores;  ///< [0, C) AIC, [C, 3C) AIV pairs
+  std::uint32_t core_count = 0;
+  std::thread orch_thread;
+  std::thread sched_threads[kMaxAicpuThreads - 1];
+  std::atomic<std::uint32_t> generation{0};
+  std::atomic<std::uint32_t> stopping{0};
+  detail::EventCount launch_event;  ///< every device thread sleeps on it between runs
+};
+
 class Context {
  public:
   Context();
   ~Context();
 
-  // C API, each returns a status and sets last_error on failure.
+  // C API, each returns a status and sets life.last_error on failure.
   int init(std::int32_t device_id, const simpler_init_options* opts);
   int finalize();
   void* device_malloc(std::size_t bytes);
@@ -310,19 +509,21 @@ class Context {
   int finalize_run();
   void stats(simpler_context_stats* out) const;
 
-  int fail(int status, std::string message);  ///< records last_error, returns status
-  std::string last_error;
+  int fail(int status, std::string message);  ///< records life.last_error, returns status
 
-  // ---- run state, shared by the device threads --------------------------------------------
+  // ---- run state, shared by the device threads (context.cpp) -------------------------------
   /// Latches the run's first error (later ones are dropped). Wakes every waiter.
   void latch(int status, std::string message);
   [[nodiscard]] bool fatal() const noexcept {
-    return run_status_.load(std::memory_order_seq_cst) != 0;
+    return outcome.status.load(std::memory_order_seq_cst) != 0;
   }
-  void notify_schedulers() noexcept;
-  void notify_progress() noexcept;
+  void notify_schedulers() noexcept {
+    for (auto& w : sched.wake) w.notify_all();
+  }
+  void notify_progress() noexcept { orch.progress_event.notify_all(); }
 
-  // Orchestrator side (orchestrator.cpp)
+  // Orchestrator side (orchestrator.cpp; ring allocation in rings.cpp, the TensorMap in
+  // tensor_map.cpp)
   std::uint64_t submit(simpler_mixed_kernels k, const simpler_task_builder* b,
                        simpler_chip_tensor* outputs);
   void scope_begin();
@@ -331,6 +532,8 @@ class Context {
   int alloc_tensor(const std::uint32_t* shapes, std::uint32_t ndims, std::uint8_t dtype,
                    simpler_chip_tensor* out);
   int read_tensor(const simpler_chip_tensor* t, std::uint64_t off, void* dst, std::uint64_t n);
+  /// The tasks the innermost open scope holds on `ring` (rings.cpp).
+  std::uint64_t scope_tasks_on_ring(std::uint32_t ring) const noexcept;
 
   // Scheduler side (scheduler.cpp)
   void scheduler_main(int index);
@@ -343,13 +546,25 @@ class Context {
   void orchestrator_main();
   /// Sleeps until the next launch (true) or until the context stops (false).
   bool wait_for_launch(std::uint32_t& seen);
+  int start_threads();
+  void stop_threads() noexcept;
 
-  // Shared helpers (orchestrator.cpp)
+  // Task lifecycle, shared by the orchestrator and the schedulers (rings.cpp)
   /// True when `id` names a task (or alloc) this run created: a ring that exists and a local id
   /// below the ring's counter. Anything else (a forged or stale owner_task) must not be looked up.
-  [[nodiscard]] bool created_in_run(std::uint64_t id) const noexcept;
-  SlotState& slot_of(std::uint64_t id) noexcept;
-  Payload& payload_of(std::uint64_t id) noexcept;
+  [[nodiscard]] bool created_in_run(std::uint64_t id) const noexcept {
+    const std::uint32_t ring = ring_of(id);
+    return ring < static_cast<std::uint32_t>(kRings) &&
+           local_of(id) < header().rings[ring].current.load(std::memory_order_relaxed);
+  }
+  SlotState& slot_of(std::uint64_t id) noexcept {
+    RingControl& rc = header().rings[ring_of(id)];
+    return rc.slots[local_of(id) & rc.mask];
+  }
+  Payload& payload_of(std::uint64_t id) noexcept {
+    RingControl& rc = header().rings[ring_of(id)];
+    return rc.payloads[local_of(id) & rc.mask];
+  }
   void release_ref(std::uint64_t id) noexcept;  ///< drop one reference; consume at zero
   /// COMPLETED, ready consumers, release fanin. With `pushed`, readied consumers are queued
   /// without waking the schedulers (the caller, a scheduler, dispatches or notifies after).
@@ -357,90 +572,27 @@ class Context {
   void advance_ring(std::uint32_t ring) noexcept;
   void push_ready(std::uint64_t id, bool* pushed = nullptr) noexcept;
 
-  // ---- configuration ------------------------------------------------------------------------
-  std::int32_t device_id = -1;
-  std::uint32_t num_clusters = 2;
-  std::int32_t default_aicpu_threads = 3;
-  std::chrono::milliseconds scheduler_timeout{10'000};
-  std::chrono::milliseconds resource_wait{2'000};
-  std::chrono::milliseconds tensor_wait{15'000};
-
-  // ---- lifecycle ------------------------------------------------------------------------------
-  bool initialised = false;
-  bool finalised = false;
-  std::atomic<bool> broken{false};  ///< a device thread is stuck in user code
-  bool orch_stuck = false;          ///< ... and it is the orchestrator
-  std::string broken_reason;        ///< guarded by msg_mu
-  Phase phase = Phase::Idle;
-  Callable callables[kMaxCallables];
-
-  // Device memory (1024-aligned blocks).
-  mutable std::mutex mem_mu;
-  std::vector<std::pair<void*, std::size_t>> blocks;
-  std::size_t committed = 0;
-
-  // Runtime arena: host image, device copy, task memory and heaps for one sizing.
-  bool have_arena = false;
-  Sizing arena_sizing{};
-  std::vector<std::byte> host_image;
-  std::byte* arena = nullptr;
-  std::size_t arena_size = 0;
-  void* task_memory = nullptr;
-  std::size_t task_memory_size = 0;
-  void* heap_memory = nullptr;
-  std::size_t heap_memory_size = 0;
-  bool arena_dirty = false;  ///< a failed run left work in the queues
+  // Runtime arena (arena.cpp)
   int ensure_arena(const Sizing& s);
   void release_arena() noexcept;
   void boot();
   [[nodiscard]] ArenaHeader& header() const noexcept {
-    return *reinterpret_cast<ArenaHeader*>(arena);
+    return *reinterpret_cast<ArenaHeader*>(arena.base);
   }
 
-  // Counters.
-  std::uint64_t n_orch_loads = 0, n_kernel_loads = 0, n_arena_builds = 0, n_arena_uploads = 0;
-  std::uint64_t n_boots = 0, n_runs = 0, n_tasks_completed = 0, n_last_boot_ns = 0;
-
-  // ---- the current run ------------------------------------------------------------------------
-  std::int32_t run_callable = -1;
-  int run_threads = 3;  ///< AICPU threads of this run (1 orchestrator + run_threads - 1 schedulers)
-  std::vector<simpler_chip_tensor> run_tensors;
-  std::vector<std::uint64_t> run_scalars;
-  OrchRuntime orch_rt{};
-
-  std::atomic<int> run_status_{0};
-  std::mutex msg_mu;
-  std::string run_message;
-  std::atomic<std::uint32_t> orch_done{0};
-  std::atomic<std::uint64_t> submitted{0};
-  std::atomic<std::uint64_t> completed{0};
-  std::atomic<std::uint64_t> progress{0};  ///< bumped on every completion and dispatch
-  std::atomic<int> cores_busy{0};          ///< cores running a kernel
-  std::atomic<std::uint32_t> threads_done{0};
-  detail::EventCount done_event;
-  detail::EventCount progress_event;  ///< the orchestrator waits on it for resources
-  /// Wake-up filters for progress_event, so the orchestrator is not woken once per task while
-  /// it waits for a window to drain: a ring advance notifies only once last_alive reaches
-  /// orch_wants_alive[ring] (0: every advance), a completion only while orch_wants_completion.
-  /// Both are stored (seq_cst) before the orchestrator checks its condition and read (seq_cst)
-  /// after the notifier published its change, so a wake-up cannot be lost.
-  std::atomic<std::uint64_t> orch_wants_alive[kRings] = {};
-  std::atomic<std::uint32_t> orch_wants_completion{0};
-
-  // ---- threads --------------------------------------------------------------------------------
-  std::atomic<std::uint32_t> generation{0};
-  std::atomic<std::uint32_t> stopping{0};
-  detail::EventCount launch_event;
-  std::thread orch_thread;
-  std::thread sched_threads[kMaxAicpuThreads - 1];
-  detail::EventCount sched_wake[kMaxAicpuThreads - 1];
-  std::unique_ptr<Core[]> cores;  ///< [0, C) AIC, [C, 3C) AIV pairs
-  std::uint32_t core_count = 0;
-  int start_threads();
-  void stop_threads() noexcept;
-
-  // Orchestrator-private state for the run.
-  std::uint64_t scope_tasks_on_ring(std::uint32_t ring) const noexcept;
+  // ---- state, by the thread that writes it (see above) --------------------------------------
+  // Host-written; read-mostly for the device threads.
+  Config config;
+  Lifecycle life;
+  DeviceMemory memory;
+  ArenaState arena;
+  Counters counters;
+  RunSetup run;
+  Threads threads;
+  // Written by the device threads during a run.
+  Outcome outcome;
+  OrchState orch;
+  SchedState sched;
 };
 
 /// The function table every orchestration receives.

@@ -8,9 +8,10 @@
  * Conventions
  *  - Every function taking a context accepts NULL and returns SIMPLER_ERR_INVALID_ARGUMENT (or
  *    NULL / 0 for functions that return pointers or sizes).
- *  - Status codes: 0 is success, negative values are the SIMPLER_ERR_* codes below. After a
- *    failing call, simpler_last_error(ctx) holds a message naming the cause and what to do.
- *    simpler_status_name()/simpler_status_meaning() describe a code without a context.
+ *  - Status codes: 0 is success, negative values are the SIMPLER_ERR_* codes below (listed with
+ *    their meanings in status_codes.h). After a failing call, simpler_last_error(ctx) holds a
+ *    message naming the cause and what to do. simpler_status_name()/simpler_status_meaning()
+ *    describe a code without a context.
  *  - One thread drives a context at a time (the caller serialises calls on one context). Distinct
  *    contexts are independent and may be driven from different threads at the same time.
  *  - The simulated device shares the host's address space: "device" memory is host memory, and
@@ -22,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "simpler/device/status_codes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,36 +33,16 @@ extern "C" {
 #define SIMPLER_DEVICE_ABI_VERSION 1u
 
 /* ---- status codes ---------------------------------------------------------------------- */
-/* Host API misuse. */
-#define SIMPLER_OK 0
-#define SIMPLER_ERR_INVALID_ARGUMENT (-1)   /* a NULL pointer, a size or id out of range */
-#define SIMPLER_ERR_NOT_INITIALISED (-2)    /* simpler_init() was not called (or failed) */
-#define SIMPLER_ERR_FINALISED (-3)          /* the context was finalised */
-#define SIMPLER_ERR_RUN_ACTIVE (-4)         /* the call needs no run in progress */
-#define SIMPLER_ERR_NO_RUN (-5)             /* launch/wait/finalize_run without prepare */
-#define SIMPLER_ERR_UNKNOWN_CALLABLE (-6)   /* the callable id is not registered */
-#define SIMPLER_ERR_DUPLICATE_CALLABLE (-7) /* the callable id is already registered */
-#define SIMPLER_ERR_LOAD_FAILED (-8)        /* dlopen/dlsym of an orchestration or kernel .so */
-#define SIMPLER_ERR_OUT_OF_MEMORY (-9)      /* device memory or the runtime arena */
-#define SIMPLER_ERR_SYSTEM (-10)            /* an OS call failed (threads, mmap) */
-#define SIMPLER_ERR_ALREADY_INITIALISED (-11)
-#define SIMPLER_ERR_CONTEXT_BROKEN (-12) /* a kernel never returned; destroy the context */
-/* Failures of a run, found on the device. */
-#define SIMPLER_ERR_SCOPE_DEADLOCK (-101)        /* a scope holds more tasks than its window */
-#define SIMPLER_ERR_HEAP_RING_DEADLOCK (-102)    /* heap space can never be freed in time */
-#define SIMPLER_ERR_FLOW_CONTROL_DEADLOCK (-103) /* task window never frees in time */
-#define SIMPLER_ERR_DEP_POOL_OVERFLOW (-104)     /* dependency-list pool exhausted */
-#define SIMPLER_ERR_INVALID_TASK_ARGS (-105)     /* too many tensors/scalars, bad tags, ... */
-#define SIMPLER_ERR_UNKNOWN_FUNC_ID (-106)       /* a submit names a func_id with no kernel */
-#define SIMPLER_ERR_TOO_MANY_PRODUCERS (-107)    /* a task depends on more producers than fit */
-#define SIMPLER_ERR_TENSOR_WAIT_TIMEOUT (-108)   /* get_tensor_data waited past its deadline */
-#define SIMPLER_ERR_ORCH_FATAL (-109)            /* the orchestration reported a fatal error */
-#define SIMPLER_ERR_SCOPE_OVERFLOW (-110)        /* scopes nested deeper than allowed */
-#define SIMPLER_ERR_TENSORMAP_OVERFLOW (-111)    /* too many live tensor writers */
-#define SIMPLER_ERR_ARG_COUNT (-112)             /* the run's args do not match the callable */
-#define SIMPLER_ERR_KERNEL_FAILED (-120)         /* a kernel reported failure */
-#define SIMPLER_ERR_KERNEL_FAULT (-121)          /* a kernel raised SIGSEGV/SIGBUS/SIGFPE/... */
-#define SIMPLER_ERR_SCHEDULER_TIMEOUT (-200)     /* no progress within the watchdog period */
+/* 0 is SIMPLER_OK; the SIMPLER_ERR_* codes are negative: host API misuse from -1, the failures
+ * of a run, found on the device, from -101. status_codes.h lists every code with its value and
+ * meaning; the enumerators below are generated from it. In C they are int constants; in C++
+ * they have this enum's type and convert to int, so a lambda returning both a code and an int
+ * needs `-> int`. Functions take and return statuses as int. */
+enum simpler_status_code {
+#define SIMPLER_STATUS_ENUMERATOR(name, value, meaning) name = (value),
+  SIMPLER_STATUS_CODES(SIMPLER_STATUS_ENUMERATOR)
+#undef SIMPLER_STATUS_ENUMERATOR
+};
 
 /* ---- plain data ------------------------------------------------------------------------ */
 typedef struct simpler_device_context simpler_device_context;

@@ -95,28 +95,14 @@ FAKE_API uint32_t simpler_device_abi_version(void) {
   return FAKE_ABI_VERSION;
 }
 
+/* Names and meanings from the one table of status_codes.h; the fallbacks are the fake's own. */
 FAKE_API const char* simpler_status_name(int status) {
   switch (status) {
-    case SIMPLER_OK:
-      return "SIMPLER_OK";
-    case SIMPLER_ERR_INVALID_ARGUMENT:
-      return "SIMPLER_ERR_INVALID_ARGUMENT";
-    case SIMPLER_ERR_NOT_INITIALISED:
-      return "SIMPLER_ERR_NOT_INITIALISED";
-    case SIMPLER_ERR_FINALISED:
-      return "SIMPLER_ERR_FINALISED";
-    case SIMPLER_ERR_UNKNOWN_CALLABLE:
-      return "SIMPLER_ERR_UNKNOWN_CALLABLE";
-    case SIMPLER_ERR_DUPLICATE_CALLABLE:
-      return "SIMPLER_ERR_DUPLICATE_CALLABLE";
-    case SIMPLER_ERR_OUT_OF_MEMORY:
-      return "SIMPLER_ERR_OUT_OF_MEMORY";
-    case SIMPLER_ERR_SYSTEM:
-      return "SIMPLER_ERR_SYSTEM";
-    case SIMPLER_ERR_ALREADY_INITIALISED:
-      return "SIMPLER_ERR_ALREADY_INITIALISED";
-    case SIMPLER_ERR_KERNEL_FAILED:
-      return "SIMPLER_ERR_KERNEL_FAILED";
+#define FAKE_STATUS_NAME(name, value, meaning) \
+  case name:                                   \
+    return #name;
+    SIMPLER_STATUS_CODES(FAKE_STATUS_NAME)
+#undef FAKE_STATUS_NAME
     default:
       return "SIMPLER_ERR_UNKNOWN_STATUS";
   }
@@ -124,14 +110,11 @@ FAKE_API const char* simpler_status_name(int status) {
 
 FAKE_API const char* simpler_status_meaning(int status) {
   switch (status) {
-    case SIMPLER_OK:
-      return "success";
-    case SIMPLER_ERR_SYSTEM:
-      return "an OS call failed";
-    case SIMPLER_ERR_KERNEL_FAILED:
-      return "a kernel reported failure";
-    case SIMPLER_ERR_OUT_OF_MEMORY:
-      return "device memory is exhausted";
+#define FAKE_STATUS_MEANING(name, value, meaning) \
+  case name:                                      \
+    return meaning;
+    SIMPLER_STATUS_CODES(FAKE_STATUS_MEANING)
+#undef FAKE_STATUS_MEANING
     default:
       return "a fake runtime status";
   }
