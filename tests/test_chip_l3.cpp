@@ -110,6 +110,9 @@ TEMPLATE_TEST_CASE("a failing chip task fails the run with a TaskError naming th
     FAIL("run() succeeded");
   } catch (const TaskError& e) {
     CHECK(e.outcome() == Outcome::TaskFailure);
+    // The device's status survives the lane (and, with processes, the mailbox) as data.
+    CHECK(e.error_kind() == ErrorKind::Device);
+    CHECK(e.code() == SIMPLER_ERR_KERNEL_FAILED);
     CHECK(e.worker() == "chip 1");
     CHECK(e.callable() == "fail");
     CHECK_THAT(e.message(), Contains("ChipWorker::run('fail' as callable 1) on device 1") &&
