@@ -7,6 +7,8 @@
 #include <atomic>
 #include <map>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include <simpler/simpler.hpp>
 
@@ -32,6 +34,26 @@ TaskArgs fill_args(const ContinuousTensor& t, std::int64_t value) {
   TaskArgs a;
   a.add_tensor(t, TensorArgType::OutputExisting).add_scalar(static_cast<std::uint64_t>(value));
   return a;
+}
+
+/// Sends a task naming the chip callable `name` straight to the forked child of chip lane
+/// `chip` (between runs, the way register_chip reaches it), bypassing the Worker's registry, and
+/// returns how it ended: what that chip itself knows about the callable.
+std::pair<Outcome, Fault> run_on_chip_child(Worker& w, const std::string& chip,
+                                            const std::string& name) {
+  std::pair<Outcome, Fault> out{Outcome::Skipped, Fault{}};
+  w.scheduler().for_each_lane([&](auto& lane) {
+    using L = std::remove_cvref_t<decltype(lane)>;
+    if constexpr (std::is_same_v<typename L::leaf_type, ChipWorker> &&
+                  std::is_same_v<typename L::transport_type, ForkShmTransport>) {
+      if (lane.name != chip) return;
+      LeafRequest r;
+      r.digest = callable_digest(CallableKind::Chip, name);
+      r.config = &default_call_config();
+      out.first = lane.endpoint().execute(r, out.second);
+    }
+  });
+  return out;
 }
 }  // namespace
 
@@ -110,6 +132,9 @@ TEMPLATE_TEST_CASE("a failing chip task fails the run with a TaskError naming th
     FAIL("run() succeeded");
   } catch (const TaskError& e) {
     CHECK(e.outcome() == Outcome::TaskFailure);
+    // The device's status survives the lane (and, with processes, the mailbox) as data.
+    CHECK(e.error_kind() == ErrorKind::Device);
+    CHECK(e.code() == SIMPLER_ERR_KERNEL_FAILED);
     CHECK(e.worker() == "chip 1");
     CHECK(e.callable() == "fail");
     CHECK_THAT(e.message(), Contains("ChipWorker::run('fail' as callable 1) on device 1") &&
@@ -268,9 +293,21 @@ TEST_CASE("a chip callable a forked chip refuses after init() is withdrawn, nami
   w.init();
   ChipCallable bad = chipw_callable("late", "fill");
   bad.kernels[0].path = bad.orchestration;  // exists, but exports no kernel_entry
-  CHECK_THROWS_MATCHES(
-      w.register_chip(bad), Error,
-      WhatContains("register_chip('late'): chip 0 refused it") && WhatContains("kernel_entry"));
+  // Chip 0 is asked first and refuses: the device's status comes back with the refusal.
+  try {
+    w.register_chip(bad);
+    FAIL("register_chip accepted a callable no chip can load");
+  } catch (const DeviceError& e) {
+    CHECK_THAT(e.what(),
+               Contains("register_chip('late'): chip 0 refused it") && Contains("kernel_entry"));
+    CHECK(e.status() == SIMPLER_ERR_LOAD_FAILED);
+  }
+  // Neither chip holds it: a task naming it is unknown to each chip itself.
+  for (const std::string chip : {"chip 0", "chip 1"}) {
+    const auto [outcome, fault] = run_on_chip_child(w, chip, "late");
+    CHECK(outcome == Outcome::TaskFailure);
+    CHECK_THAT(fault.message, Contains("no chip callable with digest"));
+  }
   // The name is free again and a good callable under it runs.
   const auto good = w.register_chip(chipw_callable("late", "fill"));
   w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
@@ -278,6 +315,30 @@ TEST_CASE("a chip callable a forked chip refuses after init() is withdrawn, nami
                         default_call_config(), 1);
   });
   CHECK(out[0] == 7);
+  w.close();
+}
+
+TEST_CASE("a late chip callable too large for a mailbox is refused before any chip sees it",
+          "[chip][l3][bad-input]") {
+  SharedArena arena;
+  auto out = arena.make<std::int64_t>(1, 0);
+  Worker w(chip_options<InProcesses>({0, 1}, 0));
+  w.init();
+  ChipCallable big = chipw_callable(std::string(detail::kMailboxBlobCapacity, 'n'), "fill");
+  CHECK_THROWS_MATCHES(w.register_chip(big), UsageError,
+                       WhatContains("mailbox payload that carries callables registered after "
+                                    "init() to forked chips; register it before init()"));
+  for (const std::string chip : {"chip 0", "chip 1"}) {
+    CHECK_THAT(run_on_chip_child(w, chip, big.name).second.message,
+               Contains("no chip callable with digest"));
+  }
+  // The Worker and its chips are unchanged: a late callable that fits still reaches them.
+  const auto good = w.register_chip(chipw_callable("late", "fill"));
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_next_level(good, fill_args(make_tensor(&out[0], {1}, DataType::Int64), 5),
+                        default_call_config(), 1);
+  });
+  CHECK(out[0] == 5);
   w.close();
 }
 
@@ -390,10 +451,15 @@ TEST_CASE("a late chip callable the second chip cannot take is withdrawn from th
     o.submit_next_level(dies, std::move(a), default_call_config(), 1);
   }),
                   TaskError);
-  // Chip 0 takes the late callable, chip 1 cannot: the registration fails naming chip 1, and
-  // chip 0 (where it was withdrawn) keeps running what it had.
+  // Chip 0 takes the late callable, chip 1 cannot: the registration fails naming chip 1 (so
+  // chip 0 was asked first, and took it), chip 0 no longer holds it, and keeps running what it
+  // had.
   CHECK_THROWS_MATCHES(w.register_chip(chipw_callable("late", "fill")), Error,
-                       WhatContains("register_chip('late'): chip 1 refused it"));
+                       WhatContains("register_chip('late'): chip 1 refused it") &&
+                           WhatContains("the child is gone"));
+  const auto [outcome, fault] = run_on_chip_child(w, "chip 0", "late");
+  CHECK(outcome == Outcome::TaskFailure);
+  CHECK_THAT(fault.message, Contains("chip worker on device 0: no chip callable with digest"));
   w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
     o.submit_next_level(fill, fill_args(make_tensor(&out[0], {1}, DataType::Int64), 9),
                         default_call_config(), 0);

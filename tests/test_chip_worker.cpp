@@ -9,6 +9,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -513,6 +514,28 @@ TEST_CASE("a chip leaf registers the registry's chip callables and runs them by 
     CHECK(fake.record().registers == 3);
     CHECK(fake.record().run_callable_id == 2);
   }
+  SECTION("a chip callable in a control payload is registered, run and withdrawn by digest") {
+    // What a forked chip child does when Worker::register_chip runs after init().
+    const std::uint64_t digest = callable_digest(CallableKind::Chip, "late");
+    const std::string payload = detail::encode_chip_callable(chipw_callable("late", "fill"));
+    const auto bytes = std::as_bytes(std::span(payload));
+    const auto id = chip.control(ChipWorker::kControlRegisterChip, digest, bytes);
+    REQUIRE(id.has_value());
+    CHECK(*id == 2);
+    CHECK(fake.record().registers == 3);
+    r.digest = digest;
+    chip.run(r);
+    CHECK(fake.record().run_callable_id == 2);
+    CHECK(chip.control(ChipWorker::kControlUnregisterChip, digest, {}) == std::uint64_t{0});
+    CHECK(fake.record().unregisters == 1);
+    CHECK_THROWS_MATCHES(chip.run(r), Error, WhatContains("no chip callable with digest"));
+    CHECK_THROWS_MATCHES(chip.control(ChipWorker::kControlUnregisterChip, digest, {}), Error,
+                         WhatContains("no late chip callable with digest"));
+    CHECK_THROWS_MATCHES(
+        chip.control(ChipWorker::kControlRegisterChip, digest, bytes.first(bytes.size() - 1)),
+        Error, WhatContains("chip callable payload") && WhatContains("truncated"));
+    CHECK_FALSE(chip.control(12345, 0, {}).has_value());  // not a chip command
+  }
   SECTION("a failing run names the callable and the device") {
     TaskArgs bad;
     bad.add_tensor(make_tensor(std::span(out))).add_scalar(0).add_scalar(FAKE_FAIL_MAGIC);
@@ -523,6 +546,37 @@ TEST_CASE("a chip leaf registers the registry's chip callables and runs them by 
   chip.stop();
   CHECK(fake.record().finalizes == 1);
   CHECK(a.kind == CallableKind::Chip);
+}
+
+TEST_CASE("a chip callable survives the control payload encoding, and a bad payload is refused",
+          "[chip][leaf][bad-input]") {
+  ChipCallable c;
+  c.name = "two kernels";
+  c.orchestration = "/orch/o.so";
+  c.entry = "entry_fn";
+  c.kernels = {{7, "/k/a.so", "kernel_a"}, {1023, "/k/b b.so", "kernel_entry"}};
+  const std::string payload = detail::encode_chip_callable(c);
+  const ChipCallable back = detail::decode_chip_callable(std::as_bytes(std::span(payload)));
+  CHECK(back.name == c.name);
+  CHECK(back.orchestration == c.orchestration);
+  CHECK(back.entry == c.entry);
+  REQUIRE(back.kernels.size() == 2);
+  CHECK(back.kernels[1].func_id == 1023);
+  CHECK(back.kernels[1].path == "/k/b b.so");
+  CHECK(back.kernels[0].symbol == "kernel_a");
+
+  const auto decode = [](std::string text) {
+    return detail::decode_chip_callable(std::as_bytes(std::span(text)));
+  };
+  CHECK_THROWS_MATCHES(decode(""), Error, WhatContains("truncated"));
+  CHECK_THROWS_MATCHES(decode(std::string("a\0b\0", 4)), Error, WhatContains("2 fields"));
+  CHECK_THROWS_MATCHES(decode(std::string("n\0o\0e\0x\0p\0s\0", 12)), Error,
+                       WhatContains("func_id 'x' is not a number"));
+  CHECK_THROWS_MATCHES(decode(std::string("n\0o\0e\0\x37\0p\0", 10)), Error,  // 5 fields
+                       WhatContains("5 fields"));
+  c.name = std::string("nul\0inside", 10);
+  CHECK_THROWS_MATCHES(detail::encode_chip_callable(c), UsageError,
+                       WhatContains("name holds a NUL byte"));
 }
 
 TEST_CASE("a chip leaf without a registry refuses to start", "[chip][leaf][failure]") {

@@ -6,13 +6,22 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <new>
+#include <optional>
+#include <span>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <simpler/simpler.hpp>
 
+#include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
 
@@ -96,7 +105,7 @@ TEST_CASE("an endpoint enforces a task's deadline and leaves a late task unsent"
   const pid_t pid = ep.pid();
   CHECK(ep.execute(slow, err) == Outcome::EndpointFailure);
   CHECK_THAT(err.message, Contains("did not finish within its deadline of 50 ms") &&
-                      Contains(std::to_string(pid)) && Contains("killed"));
+                              Contains(std::to_string(pid)) && Contains("killed"));
   CHECK_FALSE(ep.alive());
   CHECK_THAT(ep.death(), Contains("deadline"));
   CHECK(::waitpid(pid, nullptr, WNOHANG) == -1);  // reaped
@@ -215,6 +224,9 @@ TEST_CASE("malformed and truncated mailbox frames fail their task in the child",
   detail::serve_frame(*box, blob, f.leaf);
   CHECK(box->error == 1);
   CHECK_THAT(message(), Contains("holds only"));
+  Fault fault;
+  CHECK(detail::read_frame_error(*box, fault));
+  CHECK(fault.kind == ErrorKind::Transport);  // a malformed frame, not the leaf's failure
 
   box->blob_bytes = static_cast<std::uint32_t>(detail::kMailboxBlobCapacity + 1);  // past the box
   detail::serve_frame(*box, blob, f.leaf);
@@ -227,6 +239,26 @@ TEST_CASE("malformed and truncated mailbox frames fail their task in the child",
   detail::serve_frame(*box, blob, f.leaf);
   CHECK(box->error == 1);
   CHECK_THAT(message(), Contains("negative count"));
+
+  // The parent's side never trusts the child's answer: an error kind this build does not know
+  // (a corrupt frame) is a TransportError saying so, and a message without its NUL is cut at the
+  // end of its field.
+  box->error = 1;
+  box->error_kind = 200;
+  box->error_code = 9;
+  std::memset(box->message, 'x', sizeof(box->message));
+  CHECK_FALSE(detail::read_frame_error(*box, fault));
+  CHECK(fault.kind == ErrorKind::Transport);
+  CHECK(fault.code == 0);
+  CHECK_THAT(fault.message, Contains("error kind 200 is not one this build knows (code 9)"));
+  CHECK(fault.message.size() < sizeof(box->message) + 100);
+  // serve_frame clears what a previous answer left.
+  box->blob_bytes = static_cast<std::uint32_t>(
+      encode_args_blob(ok.view(), std::span<std::byte>(blob, detail::kMailboxBlobCapacity)));
+  detail::serve_frame(*box, blob, f.leaf);
+  CHECK(box->error == 0);
+  CHECK(box->error_kind == 0);
+  CHECK(box->error_code == 0);
 
   box->~MailboxHeader();
   ::operator delete (mem, std::align_val_t{64});
@@ -297,4 +329,95 @@ TEST_CASE("work for a role whose every child died fails instead of waiting forev
   }
   CHECK(ran == 0);
   CHECK_NOTHROW(w.close());
+}
+
+TEST_CASE("a forked child's failure reaches the parent as its kind, code and message",
+          "[fork-shm][failure]") {
+  EndpointFixture f;
+  const auto raise = f.registry.add(CallableKind::Sub, "raises",
+                                    [](TaskArgsView v) {
+                                      switch (v.scalar(0)) {
+                                        case 1:
+                                          throw DeviceError("the device said no", 507018);
+                                        case 2:
+                                          throw SystemError("open of /nowhere", ENOENT);
+                                        case 3:
+                                          throw UsageError("wrong use");
+                                        default:
+                                          throw 7;  // not a std::exception
+                                      }
+                                    },
+                                    {});
+  ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
+  ep.launch();
+  const auto run = [&](std::uint64_t which, Fault& fault) {
+    TaskArgs a;
+    a.add_scalar(which);
+    LeafRequest r{raise.digest, raise.index, a.view(), &default_call_config()};
+    return ep.execute(r, fault);
+  };
+  Fault fault;
+  CHECK(run(1, fault) == Outcome::TaskFailure);
+  CHECK(fault.kind == ErrorKind::Device);
+  CHECK(fault.code == 507018);
+  CHECK(fault.message == "the device said no");
+  CHECK(run(2, fault) == Outcome::TaskFailure);
+  CHECK(fault.kind == ErrorKind::System);
+  CHECK(fault.code == ENOENT);
+  CHECK_THAT(fault.message, Contains("open of /nowhere"));
+  CHECK(run(3, fault) == Outcome::TaskFailure);
+  CHECK(fault.kind == ErrorKind::Usage);
+  CHECK(fault.code == 0);
+  CHECK(run(4, fault) == Outcome::TaskFailure);
+  CHECK(fault.kind == ErrorKind::Other);
+  CHECK(fault.message == "a non-std::exception was thrown");
+  // A success after a failure carries no stale fault fields.
+  TaskArgs a;
+  LeafRequest ok{f.echo.digest, f.echo.index, a.view(), &default_call_config()};
+  CHECK(ep.execute(ok, fault) == Outcome::Success);
+}
+
+namespace {
+/// A next-level leaf with a control hook: command 10 answers arg plus the sum of the payload's
+/// bytes, command 11 fails as a device would, anything else is not its command.
+struct ControlLeaf {
+  void run(const LeafRequest&) {}
+  [[nodiscard]] std::string callable_name(const LeafRequest&) const { return "none"; }
+  std::optional<std::uint64_t> control(std::uint64_t command, std::uint64_t arg,
+                                       std::span<const std::byte> payload) {
+    if (command == 10) {
+      std::uint64_t sum = arg;
+      for (std::byte b : payload) sum += static_cast<std::uint64_t>(b);
+      return sum;
+    }
+    if (command == 11) throw DeviceError("refused by the device", 42);
+    return std::nullopt;
+  }
+};
+}  // namespace
+
+TEST_CASE("a control command carries a payload and its failure's kind and code",
+          "[fork-shm][control]") {
+  ControlLeaf leaf;
+  ForkShmTransport::Endpoint<ControlLeaf> ep(leaf);
+  ep.launch();
+  std::vector<std::byte> payload(detail::kMailboxBlobCapacity, std::byte{1});
+  CHECK(ep.control(10, 5, payload) == 5 + detail::kMailboxBlobCapacity);
+  std::uint64_t result = 0;
+  Fault fault;
+  CHECK(ep.control(11, 0, {}, result, fault) == Outcome::TaskFailure);
+  CHECK(fault.kind == ErrorKind::Device);
+  CHECK(fault.code == 42);
+  CHECK(fault.message == "refused by the device");
+  CHECK_THROWS_MATCHES(ep.control(11, 0), TransportError,
+                       Catch::Matchers::Message("control command 11 failed in the child: "
+                                                "refused by the device"));
+  CHECK_THROWS_WITH(ep.control(12, 0), Contains("unknown control command 12"));
+  // A payload larger than the mailbox is refused before anything is sent.
+  payload.push_back(std::byte{1});
+  CHECK_THROWS_MATCHES(ep.control(10, 0, payload), UsageError, WhatContains("nothing was sent"));
+  CHECK(ep.control(10, 0, payload, result, fault) == Outcome::TaskFailure);
+  CHECK(fault.kind == ErrorKind::Usage);
+  CHECK(ep.control(static_cast<std::uint64_t>(detail::ControlCommand::Ping), 1) == 2);
+  CHECK(ep.control(10, 1, std::span(payload).first(3)) == 4);
 }

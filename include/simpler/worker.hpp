@@ -9,12 +9,14 @@
 #include <fmt/format.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
 #include <concepts>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -25,11 +27,12 @@
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
 #include "simpler/detail/engine_core.hpp"
-#include "simpler/detail/registry.hpp"
+#include "simpler/detail/mailbox.hpp"
 #include "simpler/detail/process.hpp"
+#include "simpler/detail/registry.hpp"
 #include "simpler/device/chip_callable.hpp"
-#include "simpler/device/chip_worker.hpp"
 #include "simpler/error.hpp"
+#include "simpler/leaf/chip_worker.hpp"
 #include "simpler/leaf/nested_worker.hpp"
 #include "simpler/leaf/sub_worker.hpp"
 #include "simpler/options.hpp"
@@ -118,7 +121,7 @@ class BasicWorker {
         core_(std::move(o.core_)),
         orch_(std::move(o.orch_)),
         sched_(std::move(o.sched_)),
-        chip_broadcast_(std::move(o.chip_broadcast_)),
+        process_chips_(o.process_chips_),
         state_(std::exchange(o.state_, State::Closed)),
         run_id_(o.run_id_),
         fork_generation_(o.fork_generation_),
@@ -166,11 +169,12 @@ class BasicWorker {
   /// name, a missing orchestration or kernel file, a func_id outside 0..1023 or used twice (see
   /// validate(ChipCallable)), a duplicate name, or during a run. Paths are made absolute. With
   /// ChildMode::Process, register before init() (the chips are started in their children then).
-  /// With forked chips after init(), the callable is sent to every chip child over its mailbox
-  /// and registered there; if one refuses (say its kernel .so lacks the entry symbol), it is
-  /// unregistered from the others and this throws naming the chip and its error.
+  /// With forked chips after init(), the callable is sent to every chip child in a control
+  /// command's mailbox payload and registered there; if one refuses (say its kernel .so lacks
+  /// the entry symbol), it is unregistered from the others and this throws naming the chip and
+  /// its error (a DeviceError with the chip's status when the device refused it).
   CallableHandle register_chip(ChipCallable callable) {
-    const bool broadcast = state_ == State::Ready && chip_broadcast_ != nullptr;
+    const bool broadcast = state_ == State::Ready && process_chips_;
     if (broadcast) {
       if (running_.load(std::memory_order_acquire))
         throw UsageError("Worker::register_chip: cannot register during a run");
@@ -486,13 +490,11 @@ class BasicWorker {
           }
         }
       }
-      // Forked chips learn of callables registered after init() through this page.
-      if (options_.child_mode == ChildMode::Process && !ids.empty()) {
-        chip_broadcast_ = std::make_unique<detail::ChipBroadcast>();
-      }
+      // Forked chips learn of callables registered after init() over their mailboxes.
+      process_chips_ = options_.child_mode == ChildMode::Process && !ids.empty();
       for (int id : ids) {
         add_lane<ChipWorker>(detail::Role::NextLevel, fmt::format("chip {}", id),
-                             ChipWorker(id, chip, *registry_, chip_broadcast_.get()));
+                             ChipWorker(id, chip, *registry_));
       }
     } else {
       throw UsageError(
@@ -500,39 +502,62 @@ class BasicWorker {
     }
   }
 
-  /// Registers `c` on every forked chip child; on a refusal, unregisters it from the chips that
-  /// took it and throws.
+  /// Registers `c` on every chip child in another process: a kControlRegisterChip command,
+  /// argument the digest, carrying the callable in its mailbox payload
+  /// (detail::encode_chip_callable), one chip at a time in lane order. On a refusal, unregisters
+  /// it from the chips that took it and throws the refusing chip's error, naming the chip: a
+  /// DeviceError with the chip's status when the device refused it, else an Error.
   void broadcast_chip(const ChipCallable& c, std::uint64_t digest) {
-    const std::size_t bytes = chip_broadcast_->write(c, digest);
-    std::vector<std::function<void()>> rollback;
-    std::string refused, why;
-    sched_->for_each_lane([&](auto& lane) {
-      using L = std::remove_cvref_t<decltype(lane)>;
-      if constexpr (std::is_same_v<typename L::leaf_type, ChipWorker> &&
-                    ForwardsControl<typename L::Endpoint>) {
-        if (!refused.empty()) return;
-        auto& ep = lane.endpoint();
-        try {
-          ep.control(ChipWorker::kControlRegisterChip, bytes);
-          rollback.emplace_back(
-              [&ep, digest] { ep.control(ChipWorker::kControlUnregisterChip, digest); });
-        } catch (const std::exception& e) {
-          refused = lane.name;
-          why = e.what();
+    const std::string encoded = detail::encode_chip_callable(c);
+    const auto payload = std::as_bytes(std::span(encoded));
+    if (payload.size() > detail::kMailboxBlobCapacity) {
+      throw UsageError(fmt::format(
+          "Worker::register_chip('{}'): the chip callable takes {} bytes, more than the {}-byte "
+          "mailbox payload that carries callables registered after init() to forked chips; "
+          "register it before init()",
+          c.name, payload.size(), detail::kMailboxBlobCapacity));
+    }
+    std::vector<const void*> took;  // the endpoints that registered it
+    std::string refused;
+    Fault why;
+    const auto each_chip_endpoint = [&](auto&& fn) {
+      sched_->for_each_lane([&](auto& lane) {
+        using L = std::remove_cvref_t<decltype(lane)>;
+        using E = typename L::Endpoint;
+        if constexpr (std::is_same_v<typename L::leaf_type, ChipWorker> && ForwardsControl<E>) {
+          constexpr bool kPayloadAndFault = requires(E & e, std::uint64_t v, Fault & f) {
+            e.control(v, v, std::span<const std::byte>(), v, f);
+          };
+          static_assert(kPayloadAndFault,
+                        "a chip lane's endpoint forwards control but has no control(command, arg, "
+                        "payload, result, fault): late chip registration needs both");
+          fn(lane.name, lane.endpoint());
         }
+      });
+    };
+    each_chip_endpoint([&](const std::string& name, auto& ep) {
+      if (!refused.empty()) return;
+      std::uint64_t id = 0;
+      if (ep.control(ChipWorker::kControlRegisterChip, digest, payload, id, why) ==
+          Outcome::Success) {
+        took.push_back(&ep);
+      } else {
+        refused = name;
       }
     });
     if (refused.empty()) return;
-    for (auto& undo : rollback) {
-      try {
-        undo();
-      } catch (...) {
-        // A chip that cannot unregister keeps an unused callable; the refusal is what we report.
-      }
-    }
-    throw Error(fmt::format(
+    each_chip_endpoint([&](const std::string&, auto& ep) {
+      if (std::find(took.begin(), took.end(), &ep) == took.end()) return;
+      std::uint64_t ignored = 0;
+      Fault lost;
+      // A chip that cannot unregister keeps an unused callable; the refusal is what we report.
+      static_cast<void>(ep.control(ChipWorker::kControlUnregisterChip, digest, {}, ignored, lost));
+    });
+    std::string text = fmt::format(
         "Worker::register_chip('{}'): {} refused it, so it was withdrawn from the other chips: {}",
-        c.name, refused, why));
+        c.name, refused, why.message);
+    if (why.kind == ErrorKind::Device) throw DeviceError(text, why.code);
+    throw Error(text);
   }
 
   void check_can_register(const char* api) const {
@@ -560,7 +585,7 @@ class BasicWorker {
   std::unique_ptr<detail::EngineCore> core_;
   std::unique_ptr<Orchestrator> orch_;
   std::unique_ptr<Scheduler<Lanes...>> sched_;
-  std::unique_ptr<detail::ChipBroadcast> chip_broadcast_;  ///< forked chips only
+  bool process_chips_ = false;  ///< chips in forked children: late register_chip goes to them
   State state_ = State::New;
   std::uint32_t run_id_ = 0;
   std::uint64_t fork_generation_ = 0;  ///< detail::fork_generation() at init()

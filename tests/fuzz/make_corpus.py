@@ -48,7 +48,10 @@ def args_blob():
     w("size_overflows", blob([tensor(0x10000, [65536] * 5, 8)], []))
 
 
-# ---- mailbox frame: [u32 blob_bytes][u64 digest][u32 index_hint][CallConfig][blob] -------------
+# ---- mailbox frame: [u32 blob_bytes][u64 digest][u32 index_hint][CallConfig]
+#      [u32 stale error kind][i32 stale error code][u8 stale message fill][blob] -----------------
+# The leaf's behaviour is digest % 5: 0 returns, 1 throws, 2 throws a long message, 3 throws a
+# non-std exception, 4 throws a DeviceError whose status is digest >> 32.
 
 def call_config():
     c = struct.pack("<6i", 0, 3, 0, 0, 0, 0) + bytes(1024) + bytes(96) + struct.pack("<q", 0)
@@ -56,9 +59,11 @@ def call_config():
     return c
 
 
-def frame(b, digest, blob_bytes=None, hint=0):
+def frame(b, digest, blob_bytes=None, hint=0, stale=(0, 0, 0)):
     n = len(b) if blob_bytes is None else blob_bytes
-    return struct.pack("<IQI", n, digest, hint) + call_config() + b
+    kind, code, fill = stale
+    return (struct.pack("<IQI", n, digest, hint) + call_config() +
+            struct.pack("<IiB", kind, code, fill) + b)
 
 
 def mailbox_frame():
@@ -70,7 +75,11 @@ def mailbox_frame():
     w("leaf_throws_int", frame(good, 3, hint=7))
     w("blob_past_capacity", frame(good, 0, blob_bytes=0xFFFFFFFF))
     w("blob_shorter_than_claim", frame(good, 0, blob_bytes=len(good) - 8))
-    w("empty_blob", frame(b"", 4))
+    w("empty_blob", frame(b"", 5))
+    w("leaf_device_error", frame(good, (0xFFFFFF88 << 32) | 4))  # status -120
+    w("stale_known_kind", frame(good, 0, stale=(6, -120, ord("x"))))
+    w("stale_unknown_kind", frame(good, 1, stale=(200, 7, 0)))
+    w("stale_huge_kind", frame(good, 0, stale=(0xFFFFFFFF, -1, 0xFF)))
 
 
 # ---- device: [u8 config][u8 ring][u8 buffers][buffers][u8 scalars][scalars][program] -----------

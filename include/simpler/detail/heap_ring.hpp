@@ -1,37 +1,23 @@
 // simpler::detail::HeapRing — FIFO-reclaimed bump allocator over one shared mapping.
 //
-// The Worker constructor maps four of these (MAP_SHARED | MAP_ANONYMOUS) before any child is
-// forked, so a child sees every allocation at the same address. Allocations are 1024-byte aligned
-// and carved in order; bytes come back only when the oldest live allocation is released
-// (first-in, first-out), which is what scopes give: inner scopes use their own ring and reclaim
-// independently of outer ones. Single-owner (the Orchestrator thread); not thread-safe.
+// The Worker constructor maps four of these (detail::map_shared_region: anonymous shared memory,
+// see shared_memory.hpp) before any child is forked, so a child sees every allocation at the same
+// address. Allocations are 1024-byte aligned and carved in order; bytes come back only when the
+// oldest live allocation is released (first-in, first-out), which is what scopes give: inner
+// scopes use their own ring and reclaim independently of outer ones. Single-owner (the Orchestrator
+// thread); not thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "simpler/detail/ring_buffer.hpp"
+#include "simpler/detail/shared_memory.hpp"
 
 namespace simpler::detail {
-
-/// mmap/munmap of a shared anonymous region (lib/heap_memory.cpp). Throws SystemError.
-void* map_shared_region(std::size_t bytes);
-void unmap_region(void* base, std::size_t bytes) noexcept;
-
-/// The MAP_SHARED mappings of this process, as sorted [begin, end) ranges with adjacent ones
-/// merged (from /proc/self/maps). A child forked now sees exactly these at the same addresses.
-/// Throws SystemError when /proc/self/maps cannot be read.
-std::vector<std::pair<std::uintptr_t, std::uintptr_t>> shared_mappings();
-/// The parser behind it, over the text of a maps file (lines it cannot read are skipped).
-std::vector<std::pair<std::uintptr_t, std::uintptr_t>> parse_shared_mappings(std::string_view maps);
-/// The range of `ranges` (sorted, disjoint) that holds `addr`, or nullptr.
-const std::pair<std::uintptr_t, std::uintptr_t>* mapping_holding(
-    const std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& ranges,
-    std::uintptr_t addr) noexcept;
 
 inline constexpr std::size_t kHeapAlign = 1024;
 inline constexpr int kHeapRingCount = 4;

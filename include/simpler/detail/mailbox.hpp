@@ -1,18 +1,24 @@
 // simpler::detail::Mailbox — the shared-memory frame between a lane and its forked child.
 //
-// One task at a time. The state word is the publication point: the writer stores the payload
-// with plain stores, then stores the state (seq_cst, so the EventCount notify that follows cannot
-// miss a sleeper); the reader loads the state, then reads the payload. The parent owns
-// Idle -> TaskReady and -> Shutdown; the child owns Starting -> Ready and TaskReady -> TaskDone.
-// Lives in a MAP_SHARED mapping made before fork; both processes use the same object.
+// One request at a time: a task or a control command. The state word is the publication point:
+// the writer stores the payload with plain stores, then stores the state (seq_cst, so the
+// EventCount notify that follows cannot miss a sleeper); the reader loads the state, then reads
+// the payload. The parent owns Ready -> TaskReady, Ready -> ControlRequest and -> Shutdown; the
+// child owns Starting -> Ready | InitFailed, TaskReady -> TaskDone and ControlRequest ->
+// ControlDone. Lives in an anonymous shared mapping made before fork (detail::SharedRegion);
+// both processes use the same object.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
 
 #include "simpler/call_config.hpp"
 #include "simpler/detail/event_count.hpp"
+#include "simpler/error.hpp"
 
 namespace simpler::detail {
 
@@ -28,22 +34,28 @@ enum class MailboxState : std::uint32_t {
 };
 
 /// Commands on the control channel (between tasks). The child answers an unknown command with
-/// an error naming it; a leaf may handle commands of its own (control(command, arg)).
+/// an error naming it; a leaf may handle commands of its own (control(command, arg, payload)).
 enum class ControlCommand : std::uint64_t {
   Ping = 1,  ///< result = arg + 1: proves the child is alive and serving
 };
 
+/// The frame. A task: digest, index_hint, config and blob_bytes of args blob (after the header)
+/// from the parent; error, error_kind, error_code and message from the child. A control command:
+/// command, arg and blob_bytes of payload (in the same blob area) from the parent; result, or the
+/// same error fields, from the child. The failure fields are a Fault {kind, code, message}.
 struct MailboxHeader {
   EventCount to_child{true};   ///< the child sleeps here
   EventCount to_parent{true};  ///< the parent sleeps here
   std::atomic<MailboxState> state{MailboxState::Starting};
-  std::int32_t error = 0;  ///< 0 = success
+  std::int32_t error = 0;        ///< 0 = success; else error_kind, error_code, message say why
+  std::uint32_t error_kind = 0;  ///< an ErrorKind (read back with read_frame_error)
+  std::int32_t error_code = 0;   ///< its code: a device status, an errno; 0 when it has none
   std::uint64_t digest = 0;
   std::uint32_t index_hint = 0;
-  std::uint32_t blob_bytes = 0;
-  std::uint64_t command = 0;  ///< control: the command
-  std::uint64_t arg = 0;      ///< control: its argument
-  std::uint64_t result = 0;   ///< control: the child's answer
+  std::uint32_t blob_bytes = 0;  ///< task: the args blob; control: the payload
+  std::uint64_t command = 0;     ///< control: the command
+  std::uint64_t arg = 0;         ///< control: its argument
+  std::uint64_t result = 0;      ///< control: the child's answer
   CallConfig config;
   char message[1024] = {};  ///< NUL-terminated failure text (context of every level below)
 };
@@ -53,5 +65,74 @@ inline constexpr std::size_t kMailboxBlobOffset = (sizeof(MailboxHeader) + 63) &
 inline constexpr std::size_t kMailboxBlobCapacity = kMailboxBytes - kMailboxBlobOffset;
 static_assert(kMailboxBlobCapacity >= 8 + 256 * 40 + 128 * 8,
               "a mailbox holds the largest chip task (256 tensors, 128 scalars)");
+
+/// The largest ErrorKind a frame may carry.
+inline constexpr std::uint32_t kMaxFrameErrorKind = static_cast<std::uint32_t>(ErrorKind::Remote);
+
+/// Records a failure in the frame (the child's side). A message longer than the mailbox's text
+/// field is cut, and the cut says so (and how long the whole message was), so nobody reads a
+/// truncated message as the whole story.
+inline void write_frame_error(MailboxHeader& box, ErrorKind kind, std::int32_t code,
+                              const char* what) noexcept {
+  box.error = 1;
+  box.error_kind = static_cast<std::uint32_t>(kind);
+  box.error_code = code;
+  constexpr std::size_t cap = sizeof(box.message) - 1;
+  const std::size_t len = std::strlen(what);
+  if (len <= cap) {
+    std::memcpy(box.message, what, len + 1);
+    return;
+  }
+  // Room for the note first; the start of the message fills the rest.
+  constexpr std::size_t kNoteRoom = 96;
+  const std::size_t keep = cap - kNoteRoom;
+  std::memcpy(box.message, what, keep);
+  std::snprintf(box.message + keep, sizeof(box.message) - keep,
+                " [... message cut: the first %zu of %zu bytes; a mailbox holds %zu]", keep, len,
+                cap);
+}
+
+/// Records the exception being handled (call inside a catch block): its kind, code and message
+/// (fault_from_current_exception), so a DeviceError's status survives the process boundary.
+inline void write_frame_exception(MailboxHeader& box) noexcept {
+  Fault f;
+  fault_from_current_exception(f);
+  write_frame_error(box, f.kind, f.code,
+                    f.message.empty() ? "(no message: out of memory)" : f.message.c_str());
+}
+
+/// Clears the failure fields before the child serves a request.
+inline void clear_frame_error(MailboxHeader& box) noexcept {
+  box.error = 0;
+  box.error_kind = 0;
+  box.error_code = 0;
+  box.message[0] = '\0';
+}
+
+/// The parent's side: the failure the child recorded. Never trusts the frame: the message is read
+/// up to the end of its field, NUL or not, and an error kind this build does not know makes the
+/// fault a TransportError saying so (with the code and message it came with), and returns false.
+inline bool read_frame_error(const MailboxHeader& box, Fault& out) noexcept {
+  std::string text;
+  try {
+    text.assign(box.message, ::strnlen(box.message, sizeof(box.message)));
+  } catch (...) {
+    // Out of memory: the kind and code still say what failed.
+  }
+  const std::uint32_t kind = box.error_kind;
+  if (kind > kMaxFrameErrorKind) {
+    try {
+      out.set(ErrorKind::Transport, 0,
+              "malformed mailbox reply: error kind " + std::to_string(kind) +
+                  " is not one this build knows (code " + std::to_string(box.error_code) +
+                  "): " + text);
+    } catch (...) {
+      out.set(ErrorKind::Transport, 0, "malformed mailbox reply: unknown error kind");
+    }
+    return false;
+  }
+  out.set(static_cast<ErrorKind>(kind), box.error_code, std::move(text));
+  return true;
+}
 
 }  // namespace simpler::detail

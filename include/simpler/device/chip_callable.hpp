@@ -3,10 +3,31 @@
 // runtime (<simpler/device/device_abi.h>).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <string>
+#include <system_error>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "simpler/device/task_abi.h"
+#include "simpler/error.hpp"
+
+// Where the bundled simulated device runtime is: the build tree's copy and the installed one.
+// The simpler::simpler target defines both for its consumers (the build-tree path only inside
+// the build tree); a build that does not use the target finds neither and must name a runtime.
+#ifndef SIMPLER_SIM_RUNTIME_BUILD_PATH
+#define SIMPLER_SIM_RUNTIME_BUILD_PATH ""
+#endif
+#ifndef SIMPLER_SIM_RUNTIME_INSTALL_PATH
+#define SIMPLER_SIM_RUNTIME_INSTALL_PATH ""
+#endif
 
 namespace simpler {
 
@@ -41,17 +62,97 @@ struct ChipOptions {
   std::chrono::milliseconds tensor_wait{0};        ///< deadline of an orchestration's tensor read
 };
 
+namespace detail {
+/// Whether `path` names a regular file (following symlinks).
+inline bool is_regular_file(const std::string& path) noexcept {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/// `path` made absolute against the current directory and normalised; `path` itself when that
+/// fails.
+inline std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  auto p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+}  // namespace detail
+
 /// The device runtime a ChipWorker loads when ChipOptions::device_runtime is empty:
 /// $SIMPLER_DEVICE_RUNTIME when set and non-empty, else the simulator of the build tree this
 /// library was built in when that file exists, else the simulator's install location.
-std::string default_device_runtime();
+inline std::string default_device_runtime() {
+  if (const char* env = std::getenv("SIMPLER_DEVICE_RUNTIME"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  const std::string build = SIMPLER_SIM_RUNTIME_BUILD_PATH;
+  if (!build.empty() && detail::is_regular_file(build)) return build;
+  return SIMPLER_SIM_RUNTIME_INSTALL_PATH;
+}
 
 /// Throws UsageError naming the field when `c` cannot be registered: an empty name, an empty or
 /// missing orchestration file, an empty entry, a func_id outside 0..1023 or used twice, an empty
 /// or missing kernel file, an empty kernel symbol.
-void validate(const ChipCallable& c);
+inline void validate(const ChipCallable& c) {
+  if (c.name.empty()) {
+    throw UsageError("ChipCallable::name is empty; every chip callable needs a name");
+  }
+  const auto where = [&] { return fmt::format("ChipCallable '{}'", c.name); };
+  if (c.orchestration.empty()) {
+    throw UsageError(
+        fmt::format("{}: orchestration is empty; give the path of the orchestration "
+                    ".so",
+                    where()));
+  }
+  if (!detail::is_regular_file(c.orchestration)) {
+    throw UsageError(fmt::format("{}: orchestration '{}' does not exist (or is not a file)",
+                                 where(), c.orchestration));
+  }
+  if (c.entry.empty()) {
+    throw UsageError(
+        fmt::format("{}: entry is empty; name the orchestration's entry symbol "
+                    "(default aicpu_orchestration_entry)",
+                    where()));
+  }
+  std::set<std::int32_t> seen;
+  for (std::size_t i = 0; i < c.kernels.size(); ++i) {
+    const ChipKernel& k = c.kernels[i];
+    if (k.func_id < 0 || k.func_id >= SIMPLER_MAX_FUNC_ID) {
+      throw UsageError(fmt::format("{}: kernels[{}].func_id is {}; it must be in 0..{}", where(), i,
+                                   k.func_id, SIMPLER_MAX_FUNC_ID - 1));
+    }
+    if (!seen.insert(k.func_id).second) {
+      throw UsageError(
+          fmt::format("{}: kernels[{}].func_id {} is used by an earlier kernel; "
+                      "func_ids are unique within a callable",
+                      where(), i, k.func_id));
+    }
+    if (k.path.empty()) {
+      throw UsageError(
+          fmt::format("{}: kernels[{}].path (func_id {}) is empty; give the path of "
+                      "the kernel .so",
+                      where(), i, k.func_id));
+    }
+    if (!detail::is_regular_file(k.path)) {
+      throw UsageError(
+          fmt::format("{}: kernels[{}].path '{}' (func_id {}) does not exist (or is "
+                      "not a file)",
+                      where(), i, k.path, k.func_id));
+    }
+    if (k.symbol.empty()) {
+      throw UsageError(
+          fmt::format("{}: kernels[{}].symbol (func_id {}) is empty; name the "
+                      "kernel's entry symbol (default kernel_entry)",
+                      where(), i, k.func_id));
+    }
+  }
+}
 
 /// `c` with its orchestration and kernel paths made absolute (against the current directory).
-ChipCallable with_absolute_paths(ChipCallable c);
+inline ChipCallable with_absolute_paths(ChipCallable c) {
+  c.orchestration = detail::absolute_path(c.orchestration);
+  for (ChipKernel& k : c.kernels) k.path = detail::absolute_path(k.path);
+  return c;
+}
 
 }  // namespace simpler

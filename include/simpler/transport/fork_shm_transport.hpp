@@ -3,22 +3,22 @@
 //
 // launch() maps the mailbox and forks; it must run before any engine thread exists (the
 // Scheduler launches every lane before it starts a thread). The child dies with its parent
-// (PR_SET_PDEATHSIG plus a parent check whenever it idles), runs one task at a time, and never
-// returns into the parent's stack: it always ends with _exit. Both sides spin briefly and then
-// sleep on a futex in the mailbox, so an idle child and an idle lane use no CPU. While a task
-// runs the lane checks every 10 ms that the child is alive: a dead child ends the task with an
-// EndpointFailure naming the child and its signal, and every later task on this lane fails the
-// same way (the scheduler stops giving it shared work).
+// (PR_SET_PDEATHSIG plus a parent check whenever it idles), runs one request at a time, and never returns into the parent's stack: it always ends with _exit. Both sides
+// spin briefly and then sleep on a futex in the mailbox, so an idle child and an idle lane use no
+// CPU. Every request (start-up, a task, a control command) waits for the child's answer in one
+// place (wait_for_child), which checks every 10 ms that the child is alive: a dead child ends the
+// request with an error naming the child and its signal, and every later request on this
+// endpoint fails the same way (the scheduler stops giving it shared work). Failures cross the
+// mailbox as {kind, code, message} (a Fault), so a device status raised in the child reaches the
+// TaskError the user catches.
 #pragma once
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <new>
 #include <optional>
 #include <span>
@@ -30,38 +30,20 @@
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/mailbox.hpp"
 #include "simpler/detail/process.hpp"
+#include "simpler/detail/shared_memory.hpp"
 #include "simpler/error.hpp"
 #include "simpler/transport/transport.hpp"
 
 namespace simpler {
 
 namespace detail {
-/// Records a failure in the frame. A message longer than the mailbox's text field is cut, and
-/// the cut says so (and how long the whole message was), so nobody reads a truncated message as
-/// the whole story.
-inline void write_frame_error(MailboxHeader& box, const char* what) noexcept {
-  box.error = 1;
-  constexpr std::size_t cap = sizeof(box.message) - 1;
-  const std::size_t len = std::strlen(what);
-  if (len <= cap) {
-    std::memcpy(box.message, what, len + 1);
-    return;
-  }
-  // Room for the note first; the start of the message fills the rest.
-  constexpr std::size_t kNoteRoom = 96;
-  const std::size_t keep = cap - kNoteRoom;
-  std::memcpy(box.message, what, keep);
-  std::snprintf(box.message + keep, sizeof(box.message) - keep,
-                " [... message cut: the first %zu of %zu bytes; a mailbox holds %zu]", keep, len,
-                cap);
-}
-
 /// The child's side of one task frame: validates the frame (blob size within the mailbox, a
-/// well-formed blob), runs the leaf, and records the outcome in the frame. Never throws: a
-/// malformed or truncated frame is a task failure with a message, not a crash.
+/// well-formed blob), runs the leaf, and records the outcome in the frame (a failure as its
+/// kind, code and message). Never throws: a malformed or truncated frame is a task failure with a
+/// message, not a crash.
 template <class L>
 void serve_frame(MailboxHeader& box, const std::byte* blob, L& leaf) noexcept {
-  box.error = 0;
+  clear_frame_error(box);
   try {
     if (box.blob_bytes > kMailboxBlobCapacity) {
       throw TransportError(fmt::format("mailbox frame claims a {}-byte blob; the capacity is {}",
@@ -73,10 +55,8 @@ void serve_frame(MailboxHeader& box, const std::byte* blob, L& leaf) noexcept {
     r.config = &box.config;
     r.args = decode_args_blob(std::span<const std::byte>(blob, box.blob_bytes));
     leaf.run(r);
-  } catch (const std::exception& e) {
-    write_frame_error(box, e.what());
   } catch (...) {
-    write_frame_error(box, "a non-std::exception was thrown");
+    write_frame_exception(box);
   }
 }
 }  // namespace detail
@@ -104,13 +84,15 @@ struct ForkShmTransport {
     ~Endpoint() { shutdown(); }
 
     /// Maps the mailbox, forks the child and waits until it reports ready. Throws
-    /// TransportError (leaving no child and no mapping behind) when the child cannot start.
+    /// TransportError (leaving no child and no mapping behind) when the child cannot start,
+    /// SystemError when the mailbox cannot be mapped or fork fails.
     void launch() {
-      void* p = ::mmap(nullptr, detail::kMailboxBytes, PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED) detail::throw_errno("ForkShmTransport: mmap of the mailbox");
-      base_ = static_cast<std::byte*>(p);
-      box_ = new (base_) detail::MailboxHeader();
+      region_ = detail::SharedRegion(
+          detail::kMailboxBytes,
+          fmt::format("ForkShmTransport: mmap of the {}-byte mailbox of a forked child (shared "
+                      "memory; free some, or start fewer children)",
+                      detail::kMailboxBytes));
+      box_ = new (region_.data()) detail::MailboxHeader();
       const pid_t parent = ::getpid();
       const pid_t pid = ::fork();
       if (pid < 0) {
@@ -120,34 +102,28 @@ struct ForkShmTransport {
       }
       if (pid == 0) child_main(parent);  // never returns
       pid_ = pid;
-      const auto deadline = std::chrono::steady_clock::now() + kStartDeadline;
-      for (;;) {
-        const auto s = box_->state.load(std::memory_order_seq_cst);
-        if (s == detail::MailboxState::Ready) return;
-        if (s == detail::MailboxState::InitFailed) {
-          std::string why(box_->message, ::strnlen(box_->message, sizeof(box_->message)));
-          detail::reap(pid_, kShutdownGrace);
-          pid_ = -1;
+      switch (wait_for_child(detail::MailboxState::Starting,
+                             std::chrono::steady_clock::now() + kStartDeadline,
+                             "was killed when it did not report ready in time")) {
+        case Wait::Answered:
+          break;
+        case Wait::Died:
           release_mapping();
-          throw TransportError(fmt::format("ForkShmTransport: the child failed to start: {}", why));
-        }
-        if (auto how = detail::poll_exit(pid_)) {
-          pid_ = -1;
-          release_mapping();
-          throw TransportError(fmt::format("ForkShmTransport: the child {} during start-up", *how));
-        }
-        if (std::chrono::steady_clock::now() >= deadline) {
-          detail::reap(pid_, std::chrono::milliseconds(0));
-          pid_ = -1;
+          throw TransportError(
+              fmt::format("ForkShmTransport: the child {} during start-up", death_));
+        case Wait::TimedOut:
           release_mapping();
           throw TransportError("ForkShmTransport: the child did not report ready within 10 s");
-        }
-        box_->to_parent.await(
-            [this] {
-              return box_->state.load(std::memory_order_seq_cst) != detail::MailboxState::Starting;
-            },
-            kSpin, std::chrono::steady_clock::now() + kLivenessTick);
       }
+      if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::Ready) return;
+      // InitFailed: the leaf's start() threw in the child, which exits by itself.
+      Fault why;
+      detail::read_frame_error(*box_, why);
+      detail::reap(pid_, kShutdownGrace);
+      pid_ = -1;
+      release_mapping();
+      throw TransportError(
+          fmt::format("ForkShmTransport: the child failed to start: {}", why.message));
     }
 
     Outcome execute(const LeafRequest& r, Fault& fault) noexcept {
@@ -157,103 +133,115 @@ struct ForkShmTransport {
       }
       if (r.deadline != std::chrono::steady_clock::time_point::max() &&
           std::chrono::steady_clock::now() >= r.deadline) {
-        fault.set(ErrorKind::Timeout, 0, fmt::format("{} passed before the task could start; it was not sent",
-                               detail::describe_deadline(r)));
+        fault.set(ErrorKind::Timeout, 0,
+                  fmt::format("{} passed before the task could start; it was not sent",
+                              detail::describe_deadline(r)));
         return Outcome::EndpointFailure;  // the child is idle and healthy
       }
       const std::size_t need = args_blob_size(r.args);
       if (need > detail::kMailboxBlobCapacity) {
-        fault.set(ErrorKind::Usage, 0, fmt::format("args blob of {} bytes exceeds the mailbox capacity of {} bytes "
-                               "({} tensors, {} scalars); pass fewer arguments",
-                               need, detail::kMailboxBlobCapacity, r.args.tensor_count,
-                               r.args.scalar_count));
+        fault.set(ErrorKind::Usage, 0,
+                  fmt::format("args blob of {} bytes exceeds the mailbox capacity of {} bytes "
+                              "({} tensors, {} scalars); pass fewer arguments",
+                              need, detail::kMailboxBlobCapacity, r.args.tensor_count,
+                              r.args.scalar_count));
         return Outcome::TaskFailure;  // nothing was sent: the lane stays usable
       }
       box_->digest = r.digest;
       box_->index_hint = r.index_hint;
       box_->config = *r.config;
       box_->blob_bytes = static_cast<std::uint32_t>(need);
-      encode_args_blob(r.args, std::span<std::byte>(base_ + detail::kMailboxBlobOffset, need));
-      box_->state.store(detail::MailboxState::TaskReady, std::memory_order_seq_cst);
-      box_->to_child.notify_all();
-      for (;;) {
-        const auto now = std::chrono::steady_clock::now();
-        const bool done = box_->to_parent.await(
-            [this] {
-              return box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::TaskDone;
-            },
-            kSpin, std::min(now + kLivenessTick, r.deadline));
-        if (done) break;
-        if (auto how = detail::poll_exit(pid_)) {
-          pid_ = -1;
-          death_ = *how;
-          fault.set(ErrorKind::Transport, 0, fmt::format("its child process {} while running the task", death_));
+      encode_args_blob(r.args, std::span<std::byte>(blob(), need));
+      post(detail::MailboxState::TaskReady);
+      switch (wait_for_child(detail::MailboxState::TaskReady, r.deadline,
+                             "was killed when its task passed its deadline")) {
+        case Wait::Answered:
+          break;
+        case Wait::Died:
+          fault.set(ErrorKind::Transport, 0,
+                    fmt::format("its child process {} while running the task", death_));
           return Outcome::EndpointFailure;
-        }
-        if (std::chrono::steady_clock::now() >= r.deadline) {
-          const pid_t pid = kill_child("was killed when its task passed its deadline");
-          fault.set(ErrorKind::Timeout, 0, fmt::format("the task did not finish within {}; its child process (pid {}) "
-                                 "was killed and this worker is lost",
-                                 detail::describe_deadline(r), pid));
+        case Wait::TimedOut:
+          fault.set(ErrorKind::Timeout, 0,
+                    fmt::format("the task did not finish within {}; its child process (pid {}) "
+                                "was killed and this worker is lost",
+                                detail::describe_deadline(r), killed_pid_));
           return Outcome::EndpointFailure;
-        }
       }
-      const bool ok = box_->error == 0;
-      if (!ok)
-        fault.set(ErrorKind::Other, 0,
-                  std::string(box_->message, ::strnlen(box_->message, sizeof(box_->message))));
-      box_->state.store(detail::MailboxState::Ready, std::memory_order_relaxed);
-      return ok ? Outcome::Success : Outcome::TaskFailure;
+      return take_answer(fault) ? Outcome::Success : Outcome::TaskFailure;
     }
 
     /// Sends a control command to the child between tasks (never while a task runs on this
-    /// endpoint) and returns its answer. Throws TransportError when the child reports an error
-    /// (an unknown command, say: the endpoint stays usable) or dies.
-    std::uint64_t control(std::uint64_t command, std::uint64_t arg) {
-      if (pid_ < 0) throw TransportError(fmt::format("control: the child is gone ({})", death_));
+    /// endpoint), with `payload` copied into the mailbox's blob area, and waits for the answer
+    /// (at most kControlDeadline). Success: `result` holds it. TaskFailure: the child reported an
+    /// error (an unknown command, or the leaf's control() threw: `fault` holds its kind, code and
+    /// message as raised in the child), or the payload does not fit the mailbox (nothing was
+    /// sent); the endpoint stays usable. EndpointFailure: the child is gone, died, or did not
+    /// answer in time and was killed; `fault` says which.
+    Outcome control(std::uint64_t command, std::uint64_t arg, std::span<const std::byte> payload,
+                    std::uint64_t& result, Fault& fault) noexcept {
+      if (pid_ < 0) {
+        fault.set(ErrorKind::Transport, 0, fmt::format("control: the child is gone ({})", death_));
+        return Outcome::EndpointFailure;
+      }
+      if (payload.size() > detail::kMailboxBlobCapacity) {
+        fault.set(ErrorKind::Usage, 0, payload_too_big(command, payload.size()));
+        return Outcome::TaskFailure;
+      }
       box_->command = command;
       box_->arg = arg;
-      box_->state.store(detail::MailboxState::ControlRequest, std::memory_order_seq_cst);
-      box_->to_child.notify_all();
-      const auto deadline = std::chrono::steady_clock::now() + kControlDeadline;
-      for (;;) {
-        const bool done = box_->to_parent.await(
-            [this] {
-              return box_->state.load(std::memory_order_seq_cst) ==
-                     detail::MailboxState::ControlDone;
-            },
-            kSpin, std::chrono::steady_clock::now() + kLivenessTick);
-        if (done) break;
-        if (auto how = detail::poll_exit(pid_)) {
-          pid_ = -1;
-          death_ = *how;
-          throw TransportError(fmt::format("control: the child {} before answering", death_));
-        }
-        if (std::chrono::steady_clock::now() >= deadline) {
-          const pid_t pid = kill_child("was killed when a control command passed its deadline");
-          throw TransportError(fmt::format(
-              "control command {} got no answer within {} ms; the child (pid {}) was killed",
-              command, kControlDeadline.count(), pid));
-        }
+      box_->blob_bytes = static_cast<std::uint32_t>(payload.size());
+      if (!payload.empty()) std::memcpy(blob(), payload.data(), payload.size());
+      post(detail::MailboxState::ControlRequest);
+      switch (wait_for_child(detail::MailboxState::ControlRequest,
+                             std::chrono::steady_clock::now() + kControlDeadline,
+                             "was killed when a control command passed its deadline")) {
+        case Wait::Answered:
+          break;
+        case Wait::Died:
+          fault.set(ErrorKind::Transport, 0,
+                    fmt::format("control: the child {} before answering", death_));
+          return Outcome::EndpointFailure;
+        case Wait::TimedOut:
+          fault.set(ErrorKind::Timeout, 0,
+                    fmt::format("control command {} got no answer within {} ms; the child (pid "
+                                "{}) was killed",
+                                command, kControlDeadline.count(), killed_pid_));
+          return Outcome::EndpointFailure;
       }
-      const bool ok = box_->error == 0;
-      const std::uint64_t result = box_->result;
-      std::string why = ok ? std::string() : std::string(box_->message);
-      box_->state.store(detail::MailboxState::Ready, std::memory_order_relaxed);
-      if (!ok)
-        throw TransportError(
-            fmt::format("control command {} failed in the child: {}", command, why));
-      return result;
+      result = box_->result;
+      return take_answer(fault) ? Outcome::Success : Outcome::TaskFailure;
+    }
+
+    /// control() that returns the answer and throws: TransportError when the child reports an
+    /// error ("control command N failed in the child: ..."; the endpoint stays usable) or is
+    /// gone, dies or does not answer in time; UsageError, sending nothing, for a payload larger
+    /// than the mailbox.
+    std::uint64_t control(std::uint64_t command, std::uint64_t arg,
+                          std::span<const std::byte> payload = {}) {
+      if (payload.size() > detail::kMailboxBlobCapacity) {
+        throw UsageError(payload_too_big(command, payload.size()));
+      }
+      std::uint64_t result = 0;
+      Fault fault;
+      switch (control(command, arg, payload, result, fault)) {
+        case Outcome::Success:
+          return result;
+        case Outcome::TaskFailure:
+          throw TransportError(
+              fmt::format("control command {} failed in the child: {}", command, fault.message));
+        default:
+          throw TransportError(fault.message);
+      }
     }
 
     /// Asks the child to exit, reaps it (SIGKILL after a grace period) and unmaps the mailbox.
     void shutdown() noexcept {
       if (pid_ > 0) {
-        box_->state.store(detail::MailboxState::Shutdown, std::memory_order_seq_cst);
-        box_->to_child.notify_all();
+        post(detail::MailboxState::Shutdown);
         const auto r = detail::reap(pid_, kShutdownGrace);
         if (!r.clean) {
-          death_ = r.how;
+          set(death_, r.how);
           unreported_ = true;  // nothing failed with it yet: close() reports it
         }
         pid_ = -1;
@@ -269,6 +257,66 @@ struct ForkShmTransport {
     [[nodiscard]] bool death_unreported() const noexcept { return unreported_; }
 
    private:
+    /// How a wait for the child's answer ended.
+    enum class Wait { Answered, Died, TimedOut };
+
+    [[nodiscard]] std::byte* blob() const noexcept {
+      return region_.data() + detail::kMailboxBlobOffset;
+    }
+
+    /// Publishes a request (the payload was stored before) and wakes the child.
+    void post(detail::MailboxState s) noexcept {
+      box_->state.store(s, std::memory_order_seq_cst);
+      box_->to_child.notify_all();
+    }
+
+    /// The one wait of every request: until the child moves the mailbox out of `asked` (the
+    /// state the parent published), checking every kLivenessTick that it is alive. Died: it
+    /// ended (death_ says how; the endpoint is dead). TimedOut: `deadline` passed and it was
+    /// killed and reaped (death_ = `why_killed`, killed_pid_ = its pid; the endpoint is dead).
+    Wait wait_for_child(detail::MailboxState asked, std::chrono::steady_clock::time_point deadline,
+                        const char* why_killed) noexcept {
+      for (;;) {
+        const bool answered = box_->to_parent.await(
+            [&] { return box_->state.load(std::memory_order_seq_cst) != asked; }, kSpin,
+            std::min(std::chrono::steady_clock::now() + kLivenessTick, deadline));
+        if (answered) return Wait::Answered;
+        if (auto how = detail::poll_exit(pid_)) {
+          pid_ = -1;
+          set(death_, std::move(*how));
+          return Wait::Died;
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+          killed_pid_ = pid_;
+          detail::kill_and_reap(pid_);
+          pid_ = -1;
+          set(death_, why_killed);
+          return Wait::TimedOut;
+        }
+      }
+    }
+
+    /// Reads the child's answer to a task or control command (its failure into `fault`) and
+    /// makes the mailbox idle again. True on success.
+    bool take_answer(Fault& fault) noexcept {
+      const bool ok = box_->error == 0;
+      if (!ok) detail::read_frame_error(*box_, fault);
+      // Relaxed: Ready is read only by this side; the next request publishes with seq_cst.
+      box_->state.store(detail::MailboxState::Ready, std::memory_order_relaxed);
+      return ok;
+    }
+
+    static std::string payload_too_big(std::uint64_t command, std::size_t bytes) noexcept {
+      try {
+        return fmt::format(
+            "control command {}: a payload of {} bytes exceeds the mailbox capacity of {} bytes; "
+            "nothing was sent",
+            command, bytes, detail::kMailboxBlobCapacity);
+      } catch (...) {
+        return {};
+      }
+    }
+
     [[noreturn]] void child_main(pid_t parent) noexcept {
       detail::become_child_of(parent);
       // A leaf with a start() (a nested Worker) starts here, in the child: its own children are
@@ -276,14 +324,14 @@ struct ForkShmTransport {
       if constexpr (requires { leaf_->start(); }) {
         try {
           leaf_->start();
-        } catch (const std::exception& e) {
-          fail_start(e.what());
         } catch (...) {
-          fail_start("a non-std::exception was thrown");
+          detail::write_frame_exception(*box_);
+          box_->state.store(detail::MailboxState::InitFailed, std::memory_order_seq_cst);
+          box_->to_parent.notify_all();
+          ::_exit(1);
         }
       }
-      box_->state.store(detail::MailboxState::Ready, std::memory_order_seq_cst);
-      box_->to_parent.notify_all();
+      answer(detail::MailboxState::Ready);
       for (;;) {
         const bool got = box_->to_child.await(
             [this] {
@@ -296,71 +344,68 @@ struct ForkShmTransport {
           if (!detail::parent_alive(parent)) ::_exit(2);
           continue;
         }
-        if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::Shutdown) {
-          // A nested Worker closes its own subtree here, so its children exit cleanly too.
-          if constexpr (requires { leaf_->stop(); }) leaf_->stop();
-          ::_exit(0);
+        switch (box_->state.load(std::memory_order_seq_cst)) {
+          case detail::MailboxState::Shutdown:
+            // A nested Worker closes its own subtree here, so its children exit cleanly too.
+            if constexpr (requires { leaf_->stop(); }) leaf_->stop();
+            ::_exit(0);
+          case detail::MailboxState::ControlRequest:
+            serve_control();
+            answer(detail::MailboxState::ControlDone);
+            break;
+          default:
+            detail::serve_frame(*box_, blob(), *leaf_);
+            answer(detail::MailboxState::TaskDone);
+            break;
         }
-        if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::ControlRequest) {
-          serve_control();
-          box_->state.store(detail::MailboxState::ControlDone, std::memory_order_seq_cst);
-          box_->to_parent.notify_all();
-          continue;
-        }
-        run_one();
-        box_->state.store(detail::MailboxState::TaskDone, std::memory_order_seq_cst);
-        box_->to_parent.notify_all();
       }
     }
 
+    /// The child's side: publishes its answer and wakes the parent.
+    void answer(detail::MailboxState s) noexcept {
+      box_->state.store(s, std::memory_order_seq_cst);
+      box_->to_parent.notify_all();
+    }
+
     void serve_control() noexcept {
-      box_->error = 0;
+      detail::clear_frame_error(*box_);
       const std::uint64_t cmd = box_->command;
       if (cmd == static_cast<std::uint64_t>(detail::ControlCommand::Ping)) {
         box_->result = box_->arg + 1;
         return;
       }
-      if constexpr (requires { leaf_->control(cmd, box_->arg); }) {
+      // A leaf's control(command, arg, payload) gets the payload; one with only
+      // control(command, arg) (Controllable) gets the command alone.
+      constexpr bool kTakesPayload = requires(std::span<const std::byte> p) {
+        leaf_->control(cmd, box_->arg, p);
+      };
+      if constexpr (kTakesPayload || requires { leaf_->control(cmd, box_->arg); }) {
         try {
-          if (auto r = leaf_->control(cmd, box_->arg)) {
+          if (box_->blob_bytes > detail::kMailboxBlobCapacity) {
+            throw TransportError(
+                fmt::format("control frame claims a {}-byte payload; the capacity is {}",
+                            box_->blob_bytes, detail::kMailboxBlobCapacity));
+          }
+          std::optional<std::uint64_t> r;
+          if constexpr (kTakesPayload) {
+            r = leaf_->control(cmd, box_->arg,
+                               std::span<const std::byte>(blob(), box_->blob_bytes));
+          } else {
+            r = leaf_->control(cmd, box_->arg);
+          }
+          if (r) {
             box_->result = *r;
             return;
           }
-        } catch (const std::exception& e) {
-          write_error(e.what());
-          return;
         } catch (...) {
-          write_error("a non-std::exception was thrown");
+          detail::write_frame_exception(*box_);
           return;
         }
       }
       char text[64];
       std::snprintf(text, sizeof text, "unknown control command %llu",
                     static_cast<unsigned long long>(cmd));
-      write_error(text);
-    }
-
-    void run_one() noexcept {
-      detail::serve_frame(*box_, base_ + detail::kMailboxBlobOffset, *leaf_);
-    }
-
-    [[noreturn]] void fail_start(const char* what) noexcept {
-      write_error(what);
-      box_->state.store(detail::MailboxState::InitFailed, std::memory_order_seq_cst);
-      box_->to_parent.notify_all();
-      ::_exit(1);
-    }
-
-    void write_error(const char* what) noexcept { detail::write_frame_error(*box_, what); }
-
-    /// Kills and reaps a child that must not go on; the endpoint is dead from now on. Returns
-    /// the pid it had, for messages.
-    pid_t kill_child(const char* why) noexcept {
-      const pid_t pid = pid_;
-      detail::kill_and_reap(pid);
-      pid_ = -1;
-      set(death_, why);
-      return pid;
+      detail::write_frame_error(*box_, ErrorKind::Transport, 0, text);
     }
 
     static void set(std::string& out, std::string text) noexcept {
@@ -372,18 +417,16 @@ struct ForkShmTransport {
     }
 
     void release_mapping() noexcept {
-      if (base_ != nullptr) {
-        box_->~MailboxHeader();
-        ::munmap(base_, detail::kMailboxBytes);
-      }
-      base_ = nullptr;
+      if (box_ != nullptr) box_->~MailboxHeader();
       box_ = nullptr;
+      region_.reset();
     }
 
     L* leaf_;
-    std::byte* base_ = nullptr;
+    detail::SharedRegion region_;
     detail::MailboxHeader* box_ = nullptr;
     pid_t pid_ = -1;
+    pid_t killed_pid_ = -1;  ///< the child killed at a deadline, for messages
     std::string death_;
     bool unreported_ = false;
   };

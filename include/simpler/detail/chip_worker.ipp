@@ -1,23 +1,23 @@
-// ChipWorker: one chip driven through a device runtime library; ChipCallable validation.
-#include "simpler/device/chip_worker.hpp"
-
-#include <sys/stat.h>
+// simpler — ChipWorker's definitions; included at the end of <simpler/leaf/chip_worker.hpp>.
+#pragma once
 
 #include <bit>
+#include <charconv>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
-#include <set>
+#include <string_view>
+#include <system_error>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "simpler/detail/device_runtime.hpp"
-#include "simpler/detail/heap_ring.hpp"
 #include "simpler/device/task_abi.h"
 #include "simpler/error.hpp"
+#include "simpler/leaf/chip_worker.hpp"
 
 namespace simpler {
 
@@ -50,86 +50,12 @@ static_assert(static_cast<int>(TensorArgType::OutputExisting) == SIMPLER_TAG_OUT
 static_assert(static_cast<int>(TensorArgType::NoDep) == SIMPLER_TAG_NO_DEP);
 static_assert(ChipWorker::kMaxCallables <= 64, "used_ids_ is a 64-bit mask");
 
-// ---- ChipCallable ---------------------------------------------------------------------------
-
-namespace {
-bool is_regular_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string absolute(const std::string& path) {
-  std::error_code ec;
-  auto p = std::filesystem::absolute(path, ec);
-  return ec ? path : p.lexically_normal().string();
-}
-}  // namespace
-
-void validate(const ChipCallable& c) {
-  if (c.name.empty()) {
-    throw UsageError("ChipCallable::name is empty; every chip callable needs a name");
-  }
-  const auto where = [&] { return fmt::format("ChipCallable '{}'", c.name); };
-  if (c.orchestration.empty()) {
-    throw UsageError(
-        fmt::format("{}: orchestration is empty; give the path of the orchestration "
-                    ".so",
-                    where()));
-  }
-  if (!is_regular_file(c.orchestration)) {
-    throw UsageError(fmt::format("{}: orchestration '{}' does not exist (or is not a file)",
-                                 where(), c.orchestration));
-  }
-  if (c.entry.empty()) {
-    throw UsageError(
-        fmt::format("{}: entry is empty; name the orchestration's entry symbol "
-                    "(default aicpu_orchestration_entry)",
-                    where()));
-  }
-  std::set<std::int32_t> seen;
-  for (std::size_t i = 0; i < c.kernels.size(); ++i) {
-    const ChipKernel& k = c.kernels[i];
-    if (k.func_id < 0 || k.func_id >= SIMPLER_MAX_FUNC_ID) {
-      throw UsageError(fmt::format("{}: kernels[{}].func_id is {}; it must be in 0..{}", where(), i,
-                                   k.func_id, SIMPLER_MAX_FUNC_ID - 1));
-    }
-    if (!seen.insert(k.func_id).second) {
-      throw UsageError(
-          fmt::format("{}: kernels[{}].func_id {} is used by an earlier kernel; "
-                      "func_ids are unique within a callable",
-                      where(), i, k.func_id));
-    }
-    if (k.path.empty()) {
-      throw UsageError(
-          fmt::format("{}: kernels[{}].path (func_id {}) is empty; give the path of "
-                      "the kernel .so",
-                      where(), i, k.func_id));
-    }
-    if (!is_regular_file(k.path)) {
-      throw UsageError(
-          fmt::format("{}: kernels[{}].path '{}' (func_id {}) does not exist (or is "
-                      "not a file)",
-                      where(), i, k.path, k.func_id));
-    }
-    if (k.symbol.empty()) {
-      throw UsageError(
-          fmt::format("{}: kernels[{}].symbol (func_id {}) is empty; name the "
-                      "kernel's entry symbol (default kernel_entry)",
-                      where(), i, k.func_id));
-    }
-  }
-}
-
-ChipCallable with_absolute_paths(ChipCallable c) {
-  c.orchestration = absolute(c.orchestration);
-  for (ChipKernel& k : c.kernels) k.path = absolute(k.path);
-  return c;
-}
-
 // ---- ChipWorker -----------------------------------------------------------------------------
 
-namespace {
-std::uint32_t to_ms(std::chrono::milliseconds d, const char* field) {
+namespace detail {
+/// A ChipOptions duration as the device ABI's milliseconds; UsageError naming `field` when it
+/// does not fit.
+inline std::uint32_t chip_option_ms(std::chrono::milliseconds d, const char* field) {
   if (d.count() < 0 || d.count() > std::numeric_limits<std::uint32_t>::max()) {
     throw UsageError(
         fmt::format("ChipOptions::{} is {} ms; it must be in 0..{} ms (0 = the "
@@ -139,7 +65,8 @@ std::uint32_t to_ms(std::chrono::milliseconds d, const char* field) {
   return static_cast<std::uint32_t>(d.count());
 }
 
-simpler_run_config run_config_of(const CallConfig& c) noexcept {
+/// The device ABI's run configuration for a CallConfig.
+inline simpler_run_config run_config_of(const CallConfig& c) noexcept {
   simpler_run_config r{};
   r.struct_size = sizeof(simpler_run_config);
   r.aicpu_thread_num = c.aicpu_thread_num;
@@ -150,9 +77,9 @@ simpler_run_config run_config_of(const CallConfig& c) noexcept {
   }
   return r;
 }
-}  // namespace
+}  // namespace detail
 
-ChipWorker::ChipWorker(int device_id, ChipOptions options)
+inline ChipWorker::ChipWorker(int device_id, ChipOptions options)
     : device_id_(device_id), options_(std::move(options)) {
   if (device_id_ < 0) {
     throw UsageError(fmt::format("ChipWorker: device id {} is negative", device_id_));
@@ -163,19 +90,18 @@ ChipWorker::ChipWorker(int device_id, ChipOptions options)
                     "device default)",
                     options_.aicpu_thread_num));
   }
-  to_ms(options_.scheduler_timeout, "scheduler_timeout");
-  to_ms(options_.resource_wait, "resource_wait");
-  to_ms(options_.tensor_wait, "tensor_wait");
+  detail::chip_option_ms(options_.scheduler_timeout, "scheduler_timeout");
+  detail::chip_option_ms(options_.resource_wait, "resource_wait");
+  detail::chip_option_ms(options_.tensor_wait, "tensor_wait");
 }
 
-ChipWorker::ChipWorker(int device_id, ChipOptions options, const detail::CallableRegistry& registry,
-                       const detail::ChipBroadcast* broadcast)
+inline ChipWorker::ChipWorker(int device_id, ChipOptions options,
+                              const detail::CallableRegistry& registry)
     : ChipWorker(device_id, std::move(options)) {
   registry_ = &registry;
-  broadcast_ = broadcast;
 }
 
-ChipWorker::ChipWorker(ChipWorker&& o) noexcept
+inline ChipWorker::ChipWorker(ChipWorker&& o) noexcept
     : device_id_(o.device_id_),
       options_(std::move(o.options_)),
       registry_(o.registry_),
@@ -185,10 +111,9 @@ ChipWorker::ChipWorker(ChipWorker&& o) noexcept
       used_ids_(std::exchange(o.used_ids_, 0)),
       names_(std::move(o.names_)),
       id_by_index_(std::move(o.id_by_index_)),
-      broadcast_(o.broadcast_),
       late_(std::move(o.late_)) {}
 
-ChipWorker& ChipWorker::operator=(ChipWorker&& o) noexcept {
+inline ChipWorker& ChipWorker::operator=(ChipWorker&& o) noexcept {
   if (this != &o) {
     release();
     device_id_ = o.device_id_;
@@ -200,17 +125,16 @@ ChipWorker& ChipWorker::operator=(ChipWorker&& o) noexcept {
     used_ids_ = std::exchange(o.used_ids_, 0);
     names_ = std::move(o.names_);
     id_by_index_ = std::move(o.id_by_index_);
-    broadcast_ = o.broadcast_;
     late_ = std::move(o.late_);
   }
   return *this;
 }
 
-ChipWorker::~ChipWorker() {
+inline ChipWorker::~ChipWorker() {
   release();
 }
 
-void ChipWorker::release() noexcept {
+inline void ChipWorker::release() noexcept {
   try {
     finalize();
   } catch (...) {
@@ -218,12 +142,12 @@ void ChipWorker::release() noexcept {
   }
 }
 
-std::string ChipWorker::runtime_path() const {
+inline std::string ChipWorker::runtime_path() const {
   if (rt_ != nullptr) return rt_->path;
   return options_.device_runtime.empty() ? default_device_runtime() : options_.device_runtime;
 }
 
-void ChipWorker::check_ready(const char* api) const {
+inline void ChipWorker::check_ready(const char* api) const {
   if (state_ == State::Ready) return;
   if (state_ == State::New) {
     throw UsageError(
@@ -235,14 +159,14 @@ void ChipWorker::check_ready(const char* api) const {
                   api, device_id_));
 }
 
-void ChipWorker::throw_status(const std::string& api, int status) const {
+inline void ChipWorker::throw_status(const std::string& api, int status) const {
   const char* detail = ctx_ != nullptr ? rt_->last_error(ctx_) : nullptr;
   throw DeviceError(fmt::format("{} on device {}: {}", api, device_id_,
                                 detail::describe_status(*rt_, status, detail)),
                     status);
 }
 
-void ChipWorker::init() {
+inline void ChipWorker::init() {
   if (state_ == State::Ready) {
     throw UsageError(fmt::format("ChipWorker::init on device {}: already initialised", device_id_));
   }
@@ -269,9 +193,9 @@ void ChipWorker::init() {
   o.struct_size = sizeof(simpler_init_options);
   o.num_clusters = options_.num_clusters;
   o.aicpu_thread_num = options_.aicpu_thread_num;
-  o.scheduler_timeout_ms = to_ms(options_.scheduler_timeout, "scheduler_timeout");
-  o.resource_wait_ms = to_ms(options_.resource_wait, "resource_wait");
-  o.tensor_wait_ms = to_ms(options_.tensor_wait, "tensor_wait");
+  o.scheduler_timeout_ms = detail::chip_option_ms(options_.scheduler_timeout, "scheduler_timeout");
+  o.resource_wait_ms = detail::chip_option_ms(options_.resource_wait, "resource_wait");
+  o.tensor_wait_ms = detail::chip_option_ms(options_.tensor_wait, "tensor_wait");
   const int status = rt_->init(ctx_, device_id_, &o);
   if (status != SIMPLER_OK) {
     std::string text = fmt::format("ChipWorker::init on device {} ({}): {}", device_id_, rt_->path,
@@ -285,7 +209,7 @@ void ChipWorker::init() {
   state_ = State::Ready;
 }
 
-int ChipWorker::register_callable(const ChipCallable& c, int callable_id) {
+inline int ChipWorker::register_callable(const ChipCallable& c, int callable_id) {
   check_ready("register_callable");
   validate(c);
   if (callable_id < -1 || callable_id >= kMaxCallables) {
@@ -331,7 +255,7 @@ int ChipWorker::register_callable(const ChipCallable& c, int callable_id) {
   return callable_id;
 }
 
-void ChipWorker::unregister_callable(int callable_id) {
+inline void ChipWorker::unregister_callable(int callable_id) {
   check_ready("unregister_callable");
   if (callable_id < 0 || callable_id >= kMaxCallables || ((used_ids_ >> callable_id) & 1U) == 0) {
     throw UsageError(
@@ -352,11 +276,11 @@ void ChipWorker::unregister_callable(int callable_id) {
   }
 }
 
-void ChipWorker::run(int callable_id, const TaskArgs& args, const CallConfig& config) {
+inline void ChipWorker::run(int callable_id, const TaskArgs& args, const CallConfig& config) {
   run(callable_id, args.view(), config);
 }
 
-void ChipWorker::run(int callable_id, TaskArgsView args, const CallConfig& config) {
+inline void ChipWorker::run(int callable_id, TaskArgsView args, const CallConfig& config) {
   check_ready("run");
   if (callable_id < 0 || callable_id >= kMaxCallables || ((used_ids_ >> callable_id) & 1U) == 0) {
     throw UsageError(
@@ -368,9 +292,9 @@ void ChipWorker::run(int callable_id, TaskArgsView args, const CallConfig& confi
   run_raw(callable_id, args, config, "run");
 }
 
-void ChipWorker::run_raw(int callable_id, TaskArgsView args, const CallConfig& config,
-                         const char* api) {
-  const simpler_run_config cfg = run_config_of(config);
+inline void ChipWorker::run_raw(int callable_id, TaskArgsView args, const CallConfig& config,
+                                const char* api) {
+  const simpler_run_config cfg = detail::run_config_of(config);
   // TaskArgsView and simpler_task_args have one layout (checked above).
   simpler_task_args a{};
   a.tensor_count = args.tensor_count;
@@ -385,7 +309,7 @@ void ChipWorker::run_raw(int callable_id, TaskArgsView args, const CallConfig& c
   }
 }
 
-void* ChipWorker::device_malloc(std::size_t bytes) {
+inline void* ChipWorker::device_malloc(std::size_t bytes) {
   check_ready("device_malloc");
   if (bytes == 0) {
     throw UsageError(
@@ -399,7 +323,7 @@ void* ChipWorker::device_malloc(std::size_t bytes) {
   return p;
 }
 
-void ChipWorker::device_free(void* p) {
+inline void ChipWorker::device_free(void* p) {
   check_ready("device_free");
   if (p == nullptr) return;
   if (const int status = rt_->device_free(ctx_, p); status != SIMPLER_OK) {
@@ -407,21 +331,21 @@ void ChipWorker::device_free(void* p) {
   }
 }
 
-void ChipWorker::copy_to_device(void* dev, const void* host, std::size_t n) {
+inline void ChipWorker::copy_to_device(void* dev, const void* host, std::size_t n) {
   check_ready("copy_to_device");
   if (const int status = rt_->copy_to_device(ctx_, dev, host, n); status != SIMPLER_OK) {
     throw_status(fmt::format("ChipWorker::copy_to_device({} bytes to {})", n, dev), status);
   }
 }
 
-void ChipWorker::copy_from_device(void* host, const void* dev, std::size_t n) {
+inline void ChipWorker::copy_from_device(void* host, const void* dev, std::size_t n) {
   check_ready("copy_from_device");
   if (const int status = rt_->copy_from_device(ctx_, host, dev, n); status != SIMPLER_OK) {
     throw_status(fmt::format("ChipWorker::copy_from_device({} bytes from {})", n, dev), status);
   }
 }
 
-simpler_context_stats ChipWorker::stats() const {
+inline simpler_context_stats ChipWorker::stats() const {
   check_ready("stats");
   simpler_context_stats s{};
   s.struct_size = sizeof(simpler_context_stats);
@@ -431,7 +355,7 @@ simpler_context_stats ChipWorker::stats() const {
   return s;
 }
 
-void ChipWorker::finalize() {
+inline void ChipWorker::finalize() {
   if (ctx_ == nullptr) {
     state_ = State::Finalised;
     return;
@@ -452,7 +376,7 @@ void ChipWorker::finalize() {
 
 // ---- Leaf side --------------------------------------------------------------------------------
 
-void ChipWorker::start() {
+inline void ChipWorker::start() {
   if (registry_ == nullptr) {
     throw UsageError(
         fmt::format("ChipWorker::start on device {}: this ChipWorker was not built "
@@ -473,7 +397,7 @@ void ChipWorker::start() {
   }
 }
 
-void ChipWorker::stop() noexcept {
+inline void ChipWorker::stop() noexcept {
   try {
     finalize();
   } catch (const std::exception& e) {
@@ -483,7 +407,7 @@ void ChipWorker::stop() noexcept {
   }
 }
 
-int ChipWorker::leaf_callable_id(const LeafRequest& r) {
+inline int ChipWorker::leaf_callable_id(const LeafRequest& r) {
   if (registry_ == nullptr) {
     throw UsageError(
         fmt::format("ChipWorker::run on device {}: this ChipWorker was not built "
@@ -516,30 +440,27 @@ int ChipWorker::leaf_callable_id(const LeafRequest& r) {
   return id;
 }
 
-void ChipWorker::run(const LeafRequest& r) {
+inline void ChipWorker::run(const LeafRequest& r) {
   check_ready("run");
   const int id = leaf_callable_id(r);
   run_raw(id, r.args, *r.config, "run");
 }
 
-std::string ChipWorker::callable_name(const LeafRequest& r) const {
+inline std::string ChipWorker::callable_name(const LeafRequest& r) const {
   if (registry_ == nullptr) return fmt::format("<chip callable {:#018x}>", r.digest);
   return registry_->name_of(r.digest, r.index_hint);
 }
 
-}  // namespace simpler
-
-namespace simpler {
-
-std::optional<std::uint64_t> ChipWorker::control(std::uint64_t command, std::uint64_t arg) {
-  if (command == kControlRegisterChip && broadcast_ != nullptr) {
+inline std::optional<std::uint64_t> ChipWorker::control(std::uint64_t command, std::uint64_t arg,
+                                                        std::span<const std::byte> payload) {
+  if (command == kControlRegisterChip && registry_ != nullptr) {
     check_ready("control");
-    auto [digest, callable] = detail::ChipBroadcast::read(broadcast_->data(), arg);
+    const ChipCallable callable = detail::decode_chip_callable(payload);
     const int id = register_callable(callable);
-    late_.emplace_back(digest, id);
+    late_.emplace_back(arg, id);
     return static_cast<std::uint64_t>(id);
   }
-  if (command == kControlUnregisterChip && broadcast_ != nullptr) {
+  if (command == kControlUnregisterChip && registry_ != nullptr) {
     for (auto it = late_.begin(); it != late_.end(); ++it) {
       if (it->first == arg) {
         unregister_callable(it->second);
@@ -553,110 +474,68 @@ std::optional<std::uint64_t> ChipWorker::control(std::uint64_t command, std::uin
   return std::nullopt;
 }
 
+// ---- A chip callable in a control payload ----------------------------------------------------
+
 namespace detail {
 
-ChipBroadcast::ChipBroadcast() : base_(static_cast<std::byte*>(map_shared_region(kBytes))) {}
-
-ChipBroadcast::~ChipBroadcast() {
-  unmap_region(base_, kBytes);
-}
-
-namespace {
-
-// Record: u64 digest, u32 kernel count, strings (u32 length + bytes) name, orchestration, entry,
-// then per kernel i32 func_id, string path, string symbol.
-class Writer {
- public:
-  Writer(std::byte* base, std::size_t cap) : base_(base), cap_(cap) {}
-  void raw(const void* p, std::size_t n) {
-    if (n > cap_ - used_) {
-      throw UsageError(fmt::format(
-          "Worker::register_chip: the chip callable does not fit the {}-byte page that carries "
-          "callables registered after init() to forked chips; register it before init()",
-          cap_));
+inline std::string encode_chip_callable(const ChipCallable& c) {
+  std::string out;
+  const auto field = [&](const std::string& s, const char* what) {
+    if (s.find('\0') != std::string::npos) {
+      std::string name = c.name;  // printable: a NUL would end the message
+      for (std::size_t at; (at = name.find('\0')) != std::string::npos;) name.replace(at, 1, "\\0");
+      throw UsageError(
+          fmt::format("ChipCallable '{}': {} holds a NUL byte; it cannot be sent to a forked chip",
+                      name, what));
     }
-    std::memcpy(base_ + used_, p, n);
-    used_ += n;
-  }
-  template <class T>
-  void pod(T v) {
-    raw(&v, sizeof v);
-  }
-  void str(const std::string& s) {
-    pod(static_cast<std::uint32_t>(s.size()));
-    raw(s.data(), s.size());
-  }
-  [[nodiscard]] std::size_t used() const noexcept { return used_; }
-
- private:
-  std::byte* base_;
-  std::size_t cap_;
-  std::size_t used_ = 0;
-};
-
-class Reader {
- public:
-  Reader(const std::byte* base, std::size_t n) : base_(base), size_(n) {}
-  void raw(void* p, std::size_t n) {
-    if (n > size_ - used_) throw Error("chip broadcast: the record is truncated");
-    std::memcpy(p, base_ + used_, n);
-    used_ += n;
-  }
-  template <class T>
-  T pod() {
-    T v{};
-    raw(&v, sizeof v);
-    return v;
-  }
-  std::string str() {
-    const auto n = pod<std::uint32_t>();
-    if (n > size_ - used_) throw Error("chip broadcast: a string runs past the record");
-    std::string s(n, '\0');
-    raw(s.data(), n);
-    return s;
-  }
-
- private:
-  const std::byte* base_;
-  std::size_t size_;
-  std::size_t used_ = 0;
-};
-
-}  // namespace
-
-std::size_t ChipBroadcast::write(const ChipCallable& c, std::uint64_t digest) {
-  Writer w(base_, kBytes);
-  w.pod(digest);
-  w.pod(static_cast<std::uint32_t>(c.kernels.size()));
-  w.str(c.name);
-  w.str(c.orchestration);
-  w.str(c.entry);
+    out += s;
+    out += '\0';
+  };
+  field(c.name, "name");
+  field(c.orchestration, "orchestration");
+  field(c.entry, "entry");
   for (const ChipKernel& k : c.kernels) {
-    w.pod(k.func_id);
-    w.str(k.path);
-    w.str(k.symbol);
+    out += std::to_string(k.func_id);
+    out += '\0';
+    field(k.path, "a kernel path");
+    field(k.symbol, "a kernel symbol");
   }
-  return w.used();
+  return out;
 }
 
-std::pair<std::uint64_t, ChipCallable> ChipBroadcast::read(const std::byte* region,
-                                                           std::size_t bytes) {
-  if (bytes > kBytes) throw Error("chip broadcast: the record is larger than the page");
-  Reader r(region, bytes);
-  const auto digest = r.pod<std::uint64_t>();
-  const auto kernels = r.pod<std::uint32_t>();
+inline ChipCallable decode_chip_callable(std::span<const std::byte> payload) {
+  const std::string_view text(reinterpret_cast<const char*>(payload.data()), payload.size());
+  if (text.empty() || text.back() != '\0') {
+    throw Error(
+        fmt::format("chip callable payload: {} bytes that do not end with a NUL; it is truncated",
+                    payload.size()));
+  }
+  std::vector<std::string_view> fields;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = text.find('\0', at);
+    fields.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  if (fields.size() < 3 || (fields.size() - 3) % 3 != 0) {
+    throw Error(fmt::format("chip callable payload: {} fields; a callable has 3 plus 3 per kernel",
+                            fields.size()));
+  }
   ChipCallable c;
-  c.name = r.str();
-  c.orchestration = r.str();
-  c.entry = r.str();
-  for (std::uint32_t i = 0; i < kernels; ++i) {
+  c.name = fields[0];
+  c.orchestration = fields[1];
+  c.entry = fields[2];
+  for (std::size_t i = 3; i < fields.size(); i += 3) {
     ChipKernel k;
-    k.func_id = r.pod<std::int32_t>();
-    k.path = r.str();
-    k.symbol = r.str();
+    const std::string_view id = fields[i];
+    const auto r = std::from_chars(id.data(), id.data() + id.size(), k.func_id);
+    if (id.empty() || r.ec != std::errc() || r.ptr != id.data() + id.size()) {
+      throw Error(fmt::format("chip callable payload: kernel func_id '{}' is not a number", id));
+    }
+    k.path = fields[i + 1];
+    k.symbol = fields[i + 2];
     c.kernels.push_back(std::move(k));
   }
-  return {digest, std::move(c)};
+  return c;
 }
 
 }  // namespace detail

@@ -5,7 +5,10 @@
 // times, finalize() (or let the destructor do it). As a Worker's next-level leaf (L3): the Worker
 // builds one per WorkerOptions::device_ids entry over its callable registry; start() initialises
 // the chip where the lane runs (in the forked child with ChildMode::Process) and registers every
-// chip callable of the registry, and run(const LeafRequest&) runs the callable a task names.
+// chip callable of the registry, and run(const LeafRequest&) runs the callable a task names. A
+// chip callable registered on the Worker later reaches a forked chip through control()
+// (kControlRegisterChip, the callable in the mailbox payload), a chip in a thread at its first run.
+// The definitions are in detail/chip_worker.ipp, included at the end (no compiled part).
 //
 // Thread-safety: a ChipWorker is driven by one thread at a time (the device runtime's contract
 // for a context). Distinct ChipWorkers (distinct contexts) are independent, also on one device
@@ -17,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,31 +37,15 @@ namespace simpler {
 
 namespace detail {
 struct DeviceRuntime;
-}
 
-namespace detail {
-
-/// A shared-memory page that carries a chip callable registered after init() to forked chip
-/// children (Worker::register_chip): the parent writes it, then sends each chip child
-/// ChipWorker::kControlRegisterChip over its mailbox. Mapped before the children are forked.
-class ChipBroadcast {
- public:
-  static constexpr std::size_t kBytes = 64 * 1024;
-  ChipBroadcast();
-  ~ChipBroadcast();
-  ChipBroadcast(const ChipBroadcast&) = delete;
-  ChipBroadcast& operator=(const ChipBroadcast&) = delete;
-  /// Writes `c` and its digest; returns the bytes written. Throws UsageError when it does not
-  /// fit.
-  std::size_t write(const ChipCallable& c, std::uint64_t digest);
-  /// Reads what write() wrote; throws Error for a malformed record.
-  static std::pair<std::uint64_t, ChipCallable> read(const std::byte* region, std::size_t bytes);
-  [[nodiscard]] const std::byte* data() const noexcept { return base_; }
-
- private:
-  std::byte* base_;
-};
-
+/// The bytes that carry a chip callable registered after init() to a forked chip child, in the
+/// mailbox's payload area with ChipWorker::kControlRegisterChip: its strings, each ended by a
+/// NUL, in the order name, orchestration, entry, then per kernel its func_id (decimal), path and
+/// symbol. Throws UsageError naming the field when a string holds a NUL byte.
+std::string encode_chip_callable(const ChipCallable& c);
+/// The callable in `payload` (what encode_chip_callable wrote). Throws Error naming the defect
+/// for a malformed payload (not NUL-terminated, a wrong field count, a bad func_id).
+ChipCallable decode_chip_callable(std::span<const std::byte> payload);
 }  // namespace detail
 
 class ChipWorker {
@@ -65,9 +53,10 @@ class ChipWorker {
   /// Runs chip callables from Worker::register_chip.
   static constexpr std::uint8_t kRuns = kind_bit(CallableKind::Chip);
 
-  /// Control commands a forked chip child serves between tasks (see detail::ChipBroadcast):
-  /// register the callable in the broadcast page (arg = its size; answers the callable id), and
-  /// unregister the late callable with digest `arg` (a rollback).
+  /// Control commands a forked chip child serves between tasks (Worker::register_chip after
+  /// init()): register the chip callable in the command's payload (detail::encode_chip_callable;
+  /// arg = its digest; answers the callable id), and unregister the late callable with digest
+  /// `arg` (a rollback when another chip refused it).
   static constexpr std::uint64_t kControlRegisterChip = 0x4348495000000001ULL;
   static constexpr std::uint64_t kControlUnregisterChip = 0x4348495000000002ULL;
 
@@ -79,8 +68,7 @@ class ChipWorker {
   explicit ChipWorker(int device_id, ChipOptions options = {});
   /// A chip as a Worker's next-level leaf: runs the chip callables of `registry`, which must
   /// outlive it.
-  ChipWorker(int device_id, ChipOptions options, const detail::CallableRegistry& registry,
-             const detail::ChipBroadcast* broadcast = nullptr);
+  ChipWorker(int device_id, ChipOptions options, const detail::CallableRegistry& registry);
   ChipWorker(ChipWorker&& other) noexcept;
   ChipWorker& operator=(ChipWorker&& other) noexcept;
   ChipWorker(const ChipWorker&) = delete;
@@ -143,9 +131,12 @@ class ChipWorker {
   /// Error for a digest that names no chip callable, DeviceError when the run fails.
   void run(const LeafRequest& r);
   [[nodiscard]] std::string callable_name(const LeafRequest& r) const;
-  /// Serves kControlRegisterChip / kControlUnregisterChip in a forked chip child; nullopt for
-  /// any other command (the transport answers it as unknown).
-  std::optional<std::uint64_t> control(std::uint64_t command, std::uint64_t arg);
+  /// Serves kControlRegisterChip (the callable in `payload`) / kControlUnregisterChip in a forked
+  /// chip child; nullopt for any other command (the transport answers it as unknown). Throws
+  /// what register_callable / unregister_callable throw (a DeviceError keeps its status), Error
+  /// for a malformed payload or an unknown digest.
+  std::optional<std::uint64_t> control(std::uint64_t command, std::uint64_t arg,
+                                       std::span<const std::byte> payload = {});
 
  private:
   enum class State { New, Ready, Finalised };
@@ -165,10 +156,11 @@ class ChipWorker {
   std::uint64_t used_ids_ = 0;      ///< bit i: callable id i is registered
   std::vector<std::string> names_;  ///< by callable id, for messages
   std::vector<int> id_by_index_;    ///< registry index -> callable id; -1 = not on the chip
-  const detail::ChipBroadcast* broadcast_ = nullptr;
   std::vector<std::pair<std::uint64_t, int>> late_;  ///< digest -> callable id, after start()
 };
 
 static_assert(Leaf<ChipWorker>);
 
 }  // namespace simpler
+
+#include "simpler/detail/chip_worker.ipp"
