@@ -5,12 +5,12 @@
 # 3. builds it and runs the resulting program.
 # Any failing step fails the test.
 #
-# Inputs (-D...): SIMPLER_BINARY_DIR, SIMPLER_LIBRARY_FILE, PACKAGE_SOURCE_DIR,
+# Inputs (-D...): SIMPLER_BINARY_DIR, SIMPLER_DEVICE_RUNTIME, PACKAGE_SOURCE_DIR,
 # WORK_DIR, and optionally CONFIG, GENERATOR, CXX_COMPILER.
 
 cmake_minimum_required(VERSION 3.25)
 
-foreach(_var IN ITEMS SIMPLER_BINARY_DIR SIMPLER_LIBRARY_FILE PACKAGE_SOURCE_DIR WORK_DIR)
+foreach(_var IN ITEMS SIMPLER_BINARY_DIR SIMPLER_DEVICE_RUNTIME PACKAGE_SOURCE_DIR WORK_DIR)
   if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
     message(FATAL_ERROR "RunPackageTest: ${_var} is not set")
   endif()
@@ -19,9 +19,9 @@ if(NOT GENERATOR)
   set(GENERATOR "Ninja")
 endif()
 
-if(NOT EXISTS "${SIMPLER_LIBRARY_FILE}")
+if(NOT EXISTS "${SIMPLER_DEVICE_RUNTIME}")
   message(FATAL_ERROR
-    "RunPackageTest: ${SIMPLER_LIBRARY_FILE} does not exist; build the project before running ctest.")
+    "RunPackageTest: the simulated device runtime ${SIMPLER_DEVICE_RUNTIME} does not exist; build the project before running ctest.")
 endif()
 
 set(_prefix "${WORK_DIR}/prefix")
@@ -45,6 +45,14 @@ execute_process(
   COMMAND "${CMAKE_COMMAND}" --install "${SIMPLER_BINARY_DIR}" --prefix "${_prefix}" ${_config_args}
   COMMAND_ECHO STDOUT
   COMMAND_ERROR_IS_FATAL ANY)
+
+# Header-only: nothing but the device runtime and kernels is compiled, so no host library may be
+# installed.
+file(GLOB_RECURSE _host_libs "${_prefix}/*libsimpler*.a" "${_prefix}/*libsimpler*.so")
+if(_host_libs)
+  message(FATAL_ERROR "RunPackageTest: a host library was installed (${_host_libs}); simpler::simpler "
+                      "must be an INTERFACE target")
+endif()
 
 message(STATUS "RunPackageTest: configuring ${PACKAGE_SOURCE_DIR}")
 execute_process(
