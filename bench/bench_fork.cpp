@@ -468,7 +468,8 @@ class MailboxOnly {
   void round_trip() {
     const simpler::Outcome r = ep_.execute(request_, error_);
     if (r != simpler::Outcome::Success) {
-      fail(fmt::format("mailbox: execute returned outcome {} ({})", static_cast<int>(r), error_.message));
+      fail(fmt::format("mailbox: execute returned outcome {} ({})", static_cast<int>(r),
+                       error_.message));
     }
   }
 

@@ -191,9 +191,10 @@ TEMPLATE_TEST_CASE(
   w.close();
 }
 
-TEMPLATE_TEST_CASE("in a mixed pool, any_worker routes chip callables to chips and orchestration "
-                   "functions to nested Workers",
-                   "[chip][l3][routing]", InThreads, InProcesses) {
+TEMPLATE_TEST_CASE(
+    "in a mixed pool, any_worker routes chip callables to chips and orchestration "
+    "functions to nested Workers",
+    "[chip][l3][routing]", InThreads, InProcesses) {
   FakeRuntime fake("fake");
   WorkerOptions o = chip_options<TestType>({0, 1}, 0);
   o.chip.device_runtime = fake.path();

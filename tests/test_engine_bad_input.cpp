@@ -88,8 +88,9 @@ TEST_CASE("worker ids and groups are validated", "[engine][bad-input][group]") {
     o.submit_next_level(f.orch_fn, TaskArgs(), default_call_config(), 2);
   }),
              Contains("worker id 2 does not exist"));
-  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) { o.submit_sub(f.count, TaskArgs(), 7); }),
-             Contains("sub worker id 7 does not exist"));
+  CHECK_THAT(
+      f.usage_error_in_run([&](OrchestratorBase& o) { o.submit_sub(f.count, TaskArgs(), 7); }),
+      Contains("sub worker id 7 does not exist"));
   CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) {
     o.submit_next_level_group(f.orch_fn, std::vector<TaskArgs>(2), default_call_config(), {1, 1});
   }),
@@ -97,8 +98,9 @@ TEST_CASE("worker ids and groups are validated", "[engine][bad-input][group]") {
   CHECK_THAT(
       f.usage_error_in_run([&](OrchestratorBase& o) { o.submit_next_level_group(f.orch_fn, {}); }),
       Contains("at least one member"));
-  CHECK_THAT(f.usage_error_in_run(
-                 [&](OrchestratorBase& o) { o.submit_sub_group(f.count, std::vector<TaskArgs>(3)); }),
+  CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) {
+    o.submit_sub_group(f.count, std::vector<TaskArgs>(3));
+  }),
              Contains("needs as many sub workers"));
   CHECK_THAT(f.usage_error_in_run([&](OrchestratorBase& o) {
     o.submit_next_level_group(f.orch_fn, std::vector<TaskArgs>(2), default_call_config(), {0});
@@ -205,8 +207,9 @@ TEST_CASE("lifecycle misuse is rejected", "[engine][bad-input][lifecycle]") {
   CHECK_THROWS_WITH(f.w.add_next_level(RecordingLeaf(f.log, 9)), Contains("before init()"));
   CHECK_THROWS_WITH(f.w.register_sub("count", [](TaskArgsView) {}), Contains("already registered"));
   CHECK_THROWS_WITH(f.w.run({}), Contains("empty"));
-  CHECK_THROWS_WITH(f.w.run([&](OrchestratorBase&, TaskArgsView, const CallConfig&) { f.w.close(); }),
-                    Contains("inside a run"));
+  CHECK_THROWS_WITH(
+      f.w.run([&](OrchestratorBase&, TaskArgsView, const CallConfig&) { f.w.close(); }),
+      Contains("inside a run"));
   CHECK_THROWS_WITH(f.w.run([&](OrchestratorBase&, TaskArgsView, const CallConfig&) {
     f.w.run([](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   }),

@@ -118,7 +118,8 @@ TEST_CASE("a failed group member fails the group once every member ended",
           "[engine][failure][group]") {
   RecordLog log;
   TestWorker w(thread_options(1));
-  auto member = w.register_orch("member", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
+  auto member =
+      w.register_orch("member", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   auto after =
       w.register_sub("after", [](TaskArgsView) { FAIL("a consumer of a failed group ran"); });
   w.add_next_level(RecordingLeaf(log, 0));

@@ -89,11 +89,10 @@ TEST_CASE("a leaf defined outside the library is added with add_child and routed
   });
   CHECK(count.load() == 11);
   // A kind the leaf does not declare is refused at submit, naming the lane.
-  CHECK_THROWS_MATCHES(
-      w.run([&](OrchestratorBase& orc, TaskArgsView, const CallConfig&) {
-        orc.submit_next_level(sub, TaskArgs{});
-      }),
-      UsageError, WhatContains("'s' is a sub callable"));
+  CHECK_THROWS_MATCHES(w.run([&](OrchestratorBase& orc, TaskArgsView, const CallConfig&) {
+    orc.submit_next_level(sub, TaskArgs{});
+  }),
+                       UsageError, WhatContains("'s' is a sub callable"));
   // A device status the leaf raised reaches the caller as data, not only as text.
   try {
     w.run([&](OrchestratorBase& orc, TaskArgsView, const CallConfig&) {

@@ -97,9 +97,10 @@ struct ChipCase {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("every leaf runs its callables, reports failures with kind and code, and "
-                   "stays usable",
-                   "[conformance][leaf]", SubCase, NestedCase, ChipCase) {
+TEMPLATE_TEST_CASE(
+    "every leaf runs its callables, reports failures with kind and code, and "
+    "stays usable",
+    "[conformance][leaf]", SubCase, NestedCase, ChipCase) {
   TestType c;
   c.w.init();
   std::int64_t out[2] = {0, 0};

@@ -121,8 +121,8 @@ TEMPLATE_TEST_CASE("an error two levels down reaches the top with every level's 
   auto boom = l3.register_sub("sentinel_kernel",
                               [](TaskArgsView) { throw std::runtime_error("sentinel tripped"); });
   w4.add_worker(std::move(l3));
-  auto l3_orch = w4.register_orch(
-      "l3_step", [boom](OrchestratorBase& o, TaskArgsView, const CallConfig&) { o.submit_sub(boom); });
+  auto l3_orch = w4.register_orch("l3_step", [boom](OrchestratorBase& o, TaskArgsView,
+                                                    const CallConfig&) { o.submit_sub(boom); });
   auto l3_ok = w4.register_orch("l3_ok", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   w4.init();
   try {
@@ -162,8 +162,8 @@ TEMPLATE_TEST_CASE("an L5 over an L4 over an L3 runs the same engine at every le
       });
   w5.add_worker(std::move(w4));
   // The L4 orchestration is registered on the L5 (the parent of the L4).
-  auto l4_orch =
-      w5.register_orch("l4_fan", [&, l3_orch](OrchestratorBase& o, TaskArgsView v, const CallConfig&) {
+  auto l4_orch = w5.register_orch(
+      "l4_fan", [&, l3_orch](OrchestratorBase& o, TaskArgsView v, const CallConfig&) {
         if (o.level() != 4) ++wrong_level;
         for (int i = 0; i < 3; ++i)
           o.submit_next_level(l3_orch, TaskArgs().add_scalar(v.scalar(0)));

@@ -82,10 +82,10 @@ enum class ErrorKind : std::uint8_t {
   Other = 0,  ///< a std::exception that is not a simpler::Error (or not an exception at all)
   Error,      ///< a plain simpler::Error
   Usage,
-  System,     ///< code: errno
+  System,  ///< code: errno
   Timeout,
   Transport,
-  Device,     ///< code: the device runtime's SIMPLER_ERR_* status
+  Device,  ///< code: the device runtime's SIMPLER_ERR_* status
   Remote,
 };
 const char* to_string(ErrorKind k) noexcept;

@@ -29,8 +29,8 @@
 #include "simpler/detail/small_vec.hpp"
 #include "simpler/detail/tensor_map.hpp"
 #include "simpler/leaf/leaf.hpp"
-#include "simpler/transport/transport.hpp"
 #include "simpler/task_args.hpp"
+#include "simpler/transport/transport.hpp"
 
 namespace simpler {
 
@@ -171,8 +171,7 @@ class OrchestratorBase {
   [[noreturn]] void throw_not_shared(const char* api, detail::Role role, std::int32_t index,
                                      const ContinuousTensor& t, bool starts_shared) const;
   void check_targets(detail::Role role, const detail::CallableRegistry::Entry& entry,
-                     std::size_t members, std::span<const WorkerId> targets,
-                     const char* api) const;
+                     std::size_t members, std::span<const WorkerId> targets, const char* api) const;
   detail::HeapRing::Allocation heap_alloc(int ring, std::size_t bytes, const char* api);
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
@@ -221,7 +220,8 @@ template <class... Lanes>
 class BasicOrchestrator final : public OrchestratorBase {
  public:
   /// The callable kinds some lane type of the set runs (a kind_bit mask).
-  static constexpr std::uint8_t kRuns = (std::uint8_t{0} | ... | leaf_kinds<typename Lanes::leaf_type>());
+  static constexpr std::uint8_t kRuns =
+      (std::uint8_t{0} | ... | leaf_kinds<typename Lanes::leaf_type>());
   /// True when some lane type's transport runs its child in another address space: then submits
   /// check that tensors lie in memory that child can see.
   static constexpr bool kSeparateAddressSpace =

@@ -81,9 +81,10 @@ template <class W, class T, class... Rest>
 struct ChildOrchestrator<WorkerThread<T, NestedWorker<W>>, Rest...> {
   using type = typename W::Orchestrator;
   using rest = typename ChildOrchestrator<Rest...>::type;
-  static_assert(std::is_void_v<rest> || std::is_same_v<rest, type>,
-                "the nested Workers of one lane set must share one Orchestrator type (register_orch "
-                "registers functions for all of them)");
+  static_assert(
+      std::is_void_v<rest> || std::is_same_v<rest, type>,
+      "the nested Workers of one lane set must share one Orchestrator type (register_orch "
+      "registers functions for all of them)");
 };
 }  // namespace detail
 
@@ -201,7 +202,8 @@ class BasicWorker {
   /// returns its id among those. Before init() only.
   template <class Lane>
   WorkerId add_child(typename Lane::leaf_type leaf, std::string name = {}) {
-    static_assert((std::is_same_v<Lane, Lanes> || ...), "Lane is not one of this Worker's lane types");
+    static_assert((std::is_same_v<Lane, Lanes> || ...),
+                  "Lane is not one of this Worker's lane types");
     check_state(State::New, "add_child", "before init()");
     constexpr bool sub = leaf_kinds<typename Lane::leaf_type>() == kind_bit(CallableKind::Sub);
     const auto role = sub ? detail::Role::Sub : detail::Role::NextLevel;
@@ -393,7 +395,6 @@ class BasicWorker {
           left_open));
     }
   }
-
 
   static void validate_options(const WorkerOptions& o) {
     if (o.num_sub_workers < 0) {

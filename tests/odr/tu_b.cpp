@@ -16,9 +16,8 @@ long run_b() {
   o.child_mode = simpler::ChildMode::Thread;  // the sum lives in this process
   simpler::Worker w(o);
   long sum = 0;
-  const auto add = w.register_sub("add", [&](simpler::TaskArgsView v) {
-    sum += static_cast<long>(v.scalar(0));
-  });
+  const auto add = w.register_sub(
+      "add", [&](simpler::TaskArgsView v) { sum += static_cast<long>(v.scalar(0)); });
   w.init();
   w.run([&](simpler::Orchestrator& orc, simpler::TaskArgsView, const simpler::CallConfig&) {
     for (std::uint64_t i = 1; i <= 20; ++i) orc.submit_sub(add, simpler::TaskArgs().add_scalar(i));

@@ -18,12 +18,12 @@
 
 #include <fmt/format.h>
 
-#include "simpler/error.hpp"
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/event_count.hpp"
 #include "simpler/detail/lane_core.hpp"
 #include "simpler/detail/registry.hpp"
 #include "simpler/detail/slot.hpp"
+#include "simpler/error.hpp"
 
 namespace simpler::detail {
 

@@ -14,7 +14,7 @@
 namespace simpler::detail {
 
 inline bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
-                std::chrono::nanoseconds timeout, bool shared) noexcept {
+                       std::chrono::nanoseconds timeout, bool shared) noexcept {
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
   timespec ts{};
   timespec* tsp = nullptr;

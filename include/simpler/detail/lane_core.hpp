@@ -9,10 +9,10 @@
 #include <string>
 
 #include "simpler/callable.hpp"
-#include "simpler/error.hpp"
 #include "simpler/detail/event_count.hpp"
 #include "simpler/detail/intrusive_stack.hpp"
 #include "simpler/detail/slot.hpp"
+#include "simpler/error.hpp"
 
 namespace simpler::detail {
 

@@ -91,7 +91,8 @@ inline void OrchestratorBase::record_shared_memory(bool sub_separate, bool next_
 }
 
 inline void OrchestratorBase::check_tensor_slow(const char* api, Role role, std::int32_t index,
-                                     const ContinuousTensor& t, TensorArgType tag) const {
+                                                const ContinuousTensor& t,
+                                                TensorArgType tag) const {
   if (t.data == 0) {
     if (tag == TensorArgType::Output) return;  // allocated from the heap ring
     throw UsageError(fmt::format(
@@ -113,7 +114,8 @@ inline void OrchestratorBase::check_tensor_slow(const char* api, Role role, std:
 }
 
 inline void OrchestratorBase::throw_not_shared(const char* api, Role role, std::int32_t index,
-                                    const ContinuousTensor& t, bool starts_shared) const {
+                                               const ContinuousTensor& t,
+                                               bool starts_shared) const {
   const char* who = role == Role::Sub ? "sub workers" : "next-level workers";
   std::string where;
   if (starts_shared) {
@@ -148,9 +150,8 @@ inline void OrchestratorBase::throw_not_shared(const char* api, Role role, std::
 }
 
 inline void OrchestratorBase::check_targets(Role role, const detail::CallableRegistry::Entry& entry,
-                                           std::size_t members,
-                                           std::span<const WorkerId> targets,
-                                           const char* api) const {
+                                            std::size_t members, std::span<const WorkerId> targets,
+                                            const char* api) const {
   const auto& lanes = role == Role::Sub ? core_.subs : core_.next_level;
   const char* what = role == Role::Sub ? "sub" : "next-level";
   if (lanes.empty()) {
@@ -211,35 +212,36 @@ inline void OrchestratorBase::check_targets(Role role, const detail::CallableReg
   }
 }
 
-inline SubmitResult OrchestratorBase::submit_next_level(const CallableHandle& callable, TaskArgs args,
-                                             const CallConfig& config, WorkerId worker) {
+inline SubmitResult OrchestratorBase::submit_next_level(const CallableHandle& callable,
+                                                        TaskArgs args, const CallConfig& config,
+                                                        WorkerId worker) {
   return submit(Role::NextLevel, callable, std::span<const TaskArgs>(&args, 1), config,
                 std::span<const WorkerId>(&worker, 1), "submit_next_level");
 }
 
 inline SubmitResult OrchestratorBase::submit_next_level_group(const CallableHandle& callable,
-                                                   std::vector<TaskArgs> args,
-                                                   const CallConfig& config,
-                                                   std::vector<WorkerId> workers) {
+                                                              std::vector<TaskArgs> args,
+                                                              const CallConfig& config,
+                                                              std::vector<WorkerId> workers) {
   return submit(Role::NextLevel, callable, args, config, workers, "submit_next_level_group");
 }
 
 inline SubmitResult OrchestratorBase::submit_sub(const CallableHandle& callable, TaskArgs args,
-                                      WorkerId worker) {
+                                                 WorkerId worker) {
   return submit(Role::Sub, callable, std::span<const TaskArgs>(&args, 1), default_call_config(),
                 std::span<const WorkerId>(&worker, 1), "submit_sub");
 }
 
 inline SubmitResult OrchestratorBase::submit_sub(const CallableHandle& callable, TaskArgs args,
-                                      const CallConfig& config, WorkerId worker) {
+                                                 const CallConfig& config, WorkerId worker) {
   return submit(Role::Sub, callable, std::span<const TaskArgs>(&args, 1), config,
                 std::span<const WorkerId>(&worker, 1), "submit_sub");
 }
 
 inline SubmitResult OrchestratorBase::submit_sub_group(const CallableHandle& callable,
-                                            std::vector<TaskArgs> args,
-                                            std::vector<WorkerId> workers,
-                                            const CallConfig& config) {
+                                                       std::vector<TaskArgs> args,
+                                                       std::vector<WorkerId> workers,
+                                                       const CallConfig& config) {
   return submit(Role::Sub, callable, args, config, workers, "submit_sub_group");
 }
 
@@ -252,8 +254,9 @@ inline std::uint64_t space_of(const ContinuousTensor& t, WorkerId target) noexce
 }  // namespace detail
 
 inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& callable,
-                                  std::span<const TaskArgs> members, const CallConfig& config,
-                                  std::span<const WorkerId> targets, const char* api) {
+                                             std::span<const TaskArgs> members,
+                                             const CallConfig& config,
+                                             std::span<const WorkerId> targets, const char* api) {
   check_open(api);
   check_run_deadline();
   const auto& entry = registry_.check(callable);
@@ -473,7 +476,7 @@ inline void OrchestratorBase::publish(Slot& s) {
 }
 
 inline detail::HeapRing::Allocation OrchestratorBase::heap_alloc(int ring, std::size_t bytes,
-                                                      const char* api) {
+                                                                 const char* api) {
   detail::HeapRing& h = heaps_[static_cast<std::size_t>(ring)];
   if (h.size() == 0 || bytes > h.size()) {
     throw UsageError(fmt::format(
@@ -526,7 +529,8 @@ inline detail::HeapRing::Allocation OrchestratorBase::heap_alloc(int ring, std::
   }
 }
 
-inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> shape, DataType dtype) {
+inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> shape,
+                                                DataType dtype) {
   check_open("alloc");
   check_run_deadline();
   ContinuousTensor t = make_tensor(nullptr, shape, dtype);

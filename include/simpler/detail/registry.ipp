@@ -26,8 +26,8 @@ inline std::uint64_t next_worker_token() noexcept {
   return h == 0 ? 1 : h;
 }
 
-inline CallableHandle CallableRegistry::add(CallableKind kind, std::string name, SubFn sub, OrchFn orch,
-                                     std::shared_ptr<const ChipCallable> chip) {
+inline CallableHandle CallableRegistry::add(CallableKind kind, std::string name, SubFn sub,
+                                            OrchFn orch, std::shared_ptr<const ChipCallable> chip) {
   if (name.empty()) throw UsageError("register: a callable needs a non-empty name");
   if (kind == CallableKind::Sub && !sub) {
     throw UsageError(fmt::format("register_sub('{}'): the function is empty", name));
@@ -81,14 +81,14 @@ inline const CallableRegistry::Entry& CallableRegistry::check(const CallableHand
   return entries_[h.index];
 }
 
-inline const CallableRegistry::Entry* CallableRegistry::find(std::uint64_t digest,
-                                                      std::uint32_t index_hint) const noexcept {
+inline const CallableRegistry::Entry* CallableRegistry::find(
+    std::uint64_t digest, std::uint32_t index_hint) const noexcept {
   const std::uint32_t i = index_of(digest, index_hint);
   return i == npos ? nullptr : &entries_[i];
 }
 
 inline std::uint32_t CallableRegistry::index_of(std::uint64_t digest,
-                                         std::uint32_t index_hint) const noexcept {
+                                                std::uint32_t index_hint) const noexcept {
   if (index_hint < entries_.size() && entries_[index_hint].digest == digest) return index_hint;
   auto it = by_digest_.find(digest);
   return it == by_digest_.end() ? npos : it->second;

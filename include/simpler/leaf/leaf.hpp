@@ -28,7 +28,6 @@ struct LeafRequest {
   bool run_deadline = false;      ///< the deadline is the run's (else the task's own timeout)
 };
 
-
 /// Runs one task; reports failure by throwing (the lane turns it into a TaskFailure outcome).
 template <class L>
 concept RunsTasks = requires(L& leaf, const LeafRequest& request) {
@@ -59,7 +58,8 @@ concept DeclaresKinds = requires {
 template <class L>
 concept Starts = requires(L& leaf) {
   leaf.start();
-  { leaf.stop() } noexcept;
+  { leaf.stop() }
+  noexcept;
 };
 
 /// Answers control commands between tasks (ChipWorker: late chip registration); a transport
