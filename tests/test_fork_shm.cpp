@@ -421,3 +421,62 @@ TEST_CASE("a control command carries a payload and its failure's kind and code",
   CHECK(ep.control(static_cast<std::uint64_t>(detail::ControlCommand::Ping), 1) == 2);
   CHECK(ep.control(10, 1, std::span(payload).first(3)) == 4);
 }
+
+namespace {
+/// Sets or unsets an environment variable for one test and puts the old value back.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+}  // namespace
+
+TEST_CASE("a forked child runs kernel libraries on one thread unless the user said otherwise",
+          "[fork-shm][lifecycle]") {
+  ScopedEnv omp("OMP_NUM_THREADS", nullptr);
+  ScopedEnv openblas("OPENBLAS_NUM_THREADS", "7");  // the user's choice survives
+  ScopedEnv mkl("MKL_NUM_THREADS", nullptr);
+  ScopedEnv blis("BLIS_NUM_THREADS", "");  // set, if empty: still the user's
+  SharedArena arena;
+  constexpr std::size_t kWidth = 16;
+  auto seen = arena.make<char>(4 * kWidth, '\0');
+  Worker w(process_options(1));
+  const auto report = w.register_sub("report", [seen](TaskArgsView) {
+    const char* names[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                           "BLIS_NUM_THREADS"};
+    for (std::size_t i = 0; i < 4; ++i) {
+      const char* v = std::getenv(names[i]);
+      std::snprintf(seen.data() + i * kWidth, kWidth, "%s", v != nullptr ? v : "<unset>");
+    }
+  });
+  w.init();
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(report); });
+  const auto value = [&](std::size_t i) { return std::string(seen.data() + i * kWidth); };
+  CHECK(value(0) == "1");
+  CHECK(value(1) == "7");
+  CHECK(value(2) == "1");
+  CHECK(value(3) == "");
+  // Only the children's environment changed.
+  CHECK(std::getenv("OMP_NUM_THREADS") == nullptr);
+  CHECK(std::getenv("MKL_NUM_THREADS") == nullptr);
+  w.close();
+}
