@@ -421,3 +421,124 @@ TEST_CASE("a control command carries a payload and its failure's kind and code",
   CHECK(ep.control(static_cast<std::uint64_t>(detail::ControlCommand::Ping), 1) == 2);
   CHECK(ep.control(10, 1, std::span(payload).first(3)) == 4);
 }
+
+namespace {
+/// Sets or unsets an environment variable for one test and puts the old value back.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+}  // namespace
+
+TEST_CASE("a forked child runs kernel libraries on one thread unless the user said otherwise",
+          "[fork-shm][lifecycle]") {
+  ScopedEnv omp("OMP_NUM_THREADS", nullptr);
+  ScopedEnv openblas("OPENBLAS_NUM_THREADS", "7");  // the user's choice survives
+  ScopedEnv mkl("MKL_NUM_THREADS", nullptr);
+  ScopedEnv blis("BLIS_NUM_THREADS", "");  // set, if empty: still the user's
+  SharedArena arena;
+  constexpr std::size_t kWidth = 16;
+  auto seen = arena.make<char>(4 * kWidth, '\0');
+  Worker w(process_options(1));
+  const auto report = w.register_sub("report", [seen](TaskArgsView) {
+    const char* names[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                           "BLIS_NUM_THREADS"};
+    for (std::size_t i = 0; i < 4; ++i) {
+      const char* v = std::getenv(names[i]);
+      std::snprintf(seen.data() + i * kWidth, kWidth, "%s", v != nullptr ? v : "<unset>");
+    }
+  });
+  w.init();
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(report); });
+  const auto value = [&](std::size_t i) { return std::string(seen.data() + i * kWidth); };
+  CHECK(value(0) == "1");
+  CHECK(value(1) == "7");
+  CHECK(value(2) == "1");
+  CHECK(value(3) == "");
+  // Only the children's environment changed.
+  CHECK(std::getenv("OMP_NUM_THREADS") == nullptr);
+  CHECK(std::getenv("MKL_NUM_THREADS") == nullptr);
+  w.close();
+}
+
+namespace {
+/// The shared ("rw-s") mappings of a process, one per line of /proc/<pid>/maps (not merged), as
+/// "begin-end" strings with their path.
+std::map<std::string, std::string> shared_mappings_of(const std::string& pid) {
+  std::map<std::string, std::string> out;
+  std::istringstream maps(detail::read_maps(pid.c_str()));
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode, path;
+    fields >> range >> perms >> offset >> dev >> inode;
+    std::getline(fields >> std::ws, path);
+    if (perms.size() == 4 && perms[3] == 's') out[range] = path;
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE(
+    "a Worker's mailboxes and heap rings are anonymous shared mappings its children see, "
+    "and they are gone after close and destruction",
+    "[fork-shm][lifecycle]") {
+  const auto before = shared_mappings_of("self");
+  std::map<std::string, std::string> heap_rings, mailboxes;
+  {
+    Worker w(process_options(2));
+    w.register_sub("noop", [](TaskArgsView) {});
+    for (const auto& [range, path] : shared_mappings_of("self")) {
+      if (!before.contains(range)) heap_rings[range] = path;
+    }
+    CHECK(heap_rings.size() == detail::kHeapRingCount);
+    w.init();
+    for (const auto& [range, path] : shared_mappings_of("self")) {
+      if (!before.contains(range) && !heap_rings.contains(range)) mailboxes[range] = path;
+    }
+    CHECK(mailboxes.size() == 2);  // one per forked sub worker
+    // Anonymous: no name that could outlive the processes (nothing in /dev/shm).
+    for (const auto& m : {heap_rings, mailboxes}) {
+      for (const auto& [range, path] : m) CHECK(path == "/dev/zero (deleted)");
+    }
+    // Every child sees the heap rings and its own mailbox at the same addresses (a child forked
+    // before the next lane mapped its mailbox does not see that one).
+    std::vector<pid_t> pids;
+    w.scheduler().for_each_lane([&](auto& lane) {
+      if constexpr (requires { lane.endpoint().pid(); }) pids.push_back(lane.endpoint().pid());
+    });
+    REQUIRE(pids.size() == 2);
+    for (pid_t pid : pids) {
+      const auto child = shared_mappings_of(std::to_string(pid));
+      for (const auto& [range, path] : heap_rings) CHECK(child.contains(range));
+      std::size_t seen = 0;
+      for (const auto& [range, path] : mailboxes) seen += child.contains(range) ? 1 : 0;
+      CHECK(seen >= 1);
+    }
+    w.close();
+    const auto closed = shared_mappings_of("self");
+    for (const auto& [range, path] : mailboxes) CHECK_FALSE(closed.contains(range));
+    for (const auto& [range, path] : heap_rings) CHECK(closed.contains(range));  // the Worker's
+  }
+  CHECK(shared_mappings_of("self") == before);
+}

@@ -1,5 +1,5 @@
-// simpler::detail — process plumbing for forked children: parent-death signal, liveness
-// polling, reaping.
+// simpler::detail — process plumbing for forked children: parent-death signal, fork hygiene,
+// liveness polling, reaping.
 #pragma once
 
 #include <pthread.h>
@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -29,6 +30,19 @@ inline void become_child_of(pid_t parent) noexcept {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The parent may have died between fork and prctl: then nobody will send the signal.
   if (::getppid() != parent) ::_exit(1);
+}
+
+/// The thread-count variables of the common kernel libraries (OpenMP, OpenBLAS, MKL, BLIS).
+inline constexpr const char* kThreadCountVariables[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                        "MKL_NUM_THREADS", "BLIS_NUM_THREADS"};
+
+/// In a freshly forked child of a process Worker, before its leaf starts: sets every variable of
+/// kThreadCountVariables the user did not set to "1", so a kernel library in each child starts
+/// one thread instead of one per core (N children x N cores threads on N cores). A value the
+/// user set, in the environment or with setenv before init(), is kept. Changes only this
+/// process's environment (and what its own children inherit).
+inline void limit_library_threads() noexcept {
+  for (const char* name : kThreadCountVariables) ::setenv(name, "1", /*overwrite=*/0);
 }
 
 /// Whether `parent` is still this process's parent.

@@ -3,14 +3,16 @@
 //
 // launch() maps the mailbox and forks; it must run before any engine thread exists (the
 // Scheduler launches every lane before it starts a thread). The child dies with its parent
-// (PR_SET_PDEATHSIG plus a parent check whenever it idles), runs one request at a time, and never
-// returns into the parent's stack: it always ends with _exit. Both sides spin briefly and then
-// sleep on a futex in the mailbox, so an idle child and an idle lane use no CPU. Every request
-// (start-up, a task, a control command) waits for the child's answer in one place (wait_for_child),
-// which checks every 10 ms that the child is alive: a dead child ends the request with an error
-// naming the child and its signal, and every later request on this endpoint fails the same way (the
-// scheduler stops giving it shared work). Failures cross the mailbox as {kind, code, message} (a
-// Fault), so a device status raised in the child reaches the TaskError the user catches.
+// (PR_SET_PDEATHSIG plus a parent check whenever it idles), starts with the kernel libraries'
+// thread counts at 1 unless the user set them (detail::limit_library_threads), runs one request
+// at a time, and never returns into the parent's stack: it always ends with _exit. Both sides
+// spin briefly and then sleep on a futex in the mailbox, so an idle child and an idle lane use no
+// CPU. Every request (start-up, a task, a control command) waits for the child's answer in one
+// place (wait_for_child), which checks every 10 ms that the child is alive: a dead child ends the
+// request with an error naming the child and its signal, and every later request on this
+// endpoint fails the same way (the scheduler stops giving it shared work). Failures cross the
+// mailbox as {kind, code, message} (a Fault), so a device status raised in the child reaches the
+// TaskError the user catches.
 #pragma once
 
 #include <unistd.h>
@@ -319,6 +321,7 @@ struct ForkShmTransport {
 
     [[noreturn]] void child_main(pid_t parent) noexcept {
       detail::become_child_of(parent);
+      detail::limit_library_threads();
       // A leaf with a start() (a nested Worker) starts here, in the child: its own children are
       // forked from this process, and it reports ready only once they all are.
       if constexpr (requires { leaf_->start(); }) {
