@@ -526,12 +526,6 @@ class BasicWorker {
         using L = std::remove_cvref_t<decltype(lane)>;
         using E = typename L::Endpoint;
         if constexpr (std::is_same_v<typename L::leaf_type, ChipWorker> && ForwardsControl<E>) {
-          constexpr bool kPayloadAndFault = requires(E & e, std::uint64_t v, Fault & f) {
-            e.control(v, v, std::span<const std::byte>(), v, f);
-          };
-          static_assert(kPayloadAndFault,
-                        "a chip lane's endpoint forwards control but has no control(command, arg, "
-                        "payload, result, fault): late chip registration needs both");
           fn(lane.name, lane.endpoint());
         }
       });
@@ -606,6 +600,9 @@ using ProcessNestedLane = WorkerThread<ForkShmTransport, NestedWorker<Worker>>;
 /// Chips (WorkerOptions::device_ids), driven from this process or from forked children.
 using ChipLane = WorkerThread<ThreadTransport, ChipWorker>;
 using ProcessChipLane = WorkerThread<ForkShmTransport, ChipWorker>;
+// Late chip registration reaches forked chips through this; a signature drift must not silently
+// turn it off.
+static_assert(ForwardsControl<ProcessChipLane::Endpoint>);
 
 /// The default Worker: sub workers, nested Workers and chips on either transport, chosen by
 /// WorkerOptions::child_mode. A class (not an alias) so NestedWorker<Worker> can name it.

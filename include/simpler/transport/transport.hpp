@@ -6,7 +6,9 @@
 #pragma once
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "simpler/options.hpp"
@@ -62,11 +64,15 @@ concept ReportsLiveness = requires(const E& e) {
   { e.death_unreported() } -> std::convertible_to<bool>;
 };
 
-/// Forwards a control command to its leaf between tasks (the child may be another process):
-/// Worker::register_chip after init() reaches forked chips this way.
+/// Forwards a control command, with a payload, to its leaf between tasks (the child may be
+/// another process) and says how it ended like execute() does: Worker::register_chip after
+/// init() reaches chips this way.
 template <class E>
-concept ForwardsControl = requires(E& e, std::uint64_t command, std::uint64_t arg) {
-  e.control(command, arg);
+concept ForwardsControl = requires(E& e, std::uint64_t command, std::uint64_t arg,
+                                   std::span<const std::byte> payload, std::uint64_t& result,
+                                   Fault& fault) {
+  { e.control(command, arg, payload, result, fault) }
+  noexcept->std::same_as<Outcome>;
 };
 
 /// Optional: the lane set's default transport for WorkerOptions::child_mode == T::kChildMode
