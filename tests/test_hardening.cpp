@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -473,9 +474,12 @@ namespace {
 /// still running (so waiting for them is not hopeless), and returns the TimeoutError's text.
 std::string held_ring_timeout(WorkerOptions opts) {
   opts.heap_ring_size = 64 * 1024;
-  Gate hold;  // outlives the Worker, whose lane thread last waited on it
+  // Owned by the callable: at the run's deadline the lane running `holds` is abandoned and its
+  // thread detached, so it may still be leaving hold->wait() after the Worker is gone; the
+  // registry (kept alive for a lost lane) keeps the gate with it.
+  auto hold = std::make_shared<Gate>();
   Worker w(opts);
-  auto holds = w.register_sub("holds", [&](TaskArgsView) { hold.wait(20s); });
+  auto holds = w.register_sub("holds", [hold](TaskArgsView) { hold->wait(20s); });
   w.init();
   std::string err;
   try {
@@ -490,7 +494,7 @@ std::string held_ring_timeout(WorkerOptions opts) {
       try {
         o.alloc({32 * 1024}, DataType::UInt8);
       } catch (...) {
-        hold.open();
+        hold->open();
         throw;
       }
     });
