@@ -4,8 +4,9 @@
 # only run when something is missing.
 set -euo pipefail
 
-packages=(g++ cmake ninja-build catch2 libfmt-dev libboost-dev clang-format
-  clang-14 libclang-rt-14-dev)  # clang + libFuzzer for the fuzz preset
+packages=(g++ cmake ninja-build catch2 libfmt-dev libboost-dev libssl-dev clang-format
+  clang-14 libclang-rt-14-dev  # clang + libFuzzer for the fuzz preset
+  iproute2 util-linux)         # ip netns and unshare, for the multi-host tests
 
 is_installed() {
   dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed$'
