@@ -170,6 +170,11 @@ class OrchestratorBase {
                          const ContinuousTensor& t, TensorArgType tag) const;
   [[noreturn]] void throw_not_shared(const char* api, detail::Role role, std::int32_t index,
                                      const ContinuousTensor& t, bool starts_shared) const;
+  /// Next-level lanes that serve only some callables or see only remote memory (remote workers):
+  /// the callable must be served, and tensors must lie in the target's live remote buffers.
+  void check_restricted(const detail::CallableRegistry::Entry& entry,
+                        std::span<const TaskArgs> members, std::span<const WorkerId> targets,
+                        const char* api) const;
   void check_targets(detail::Role role, const detail::CallableRegistry::Entry& entry,
                      std::size_t members, std::span<const WorkerId> targets, const char* api) const;
   detail::HeapRing::Allocation heap_alloc(int ring, std::size_t bytes, const char* api);

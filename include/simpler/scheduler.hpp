@@ -39,6 +39,7 @@ class Scheduler {
     table.reserve(table.size() + 1);
     std::get<std::vector<std::unique_ptr<Lane>>>(pools_).push_back(std::move(lane));
     table.push_back(&ref);
+    if (ref.restrictions != nullptr) core_.restricted_lanes = true;
     return ref;
   }
 

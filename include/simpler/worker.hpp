@@ -39,7 +39,9 @@
 #include "simpler/orchestrator.hpp"
 #include "simpler/scheduler.hpp"
 #include "simpler/task_args.hpp"
+#include "simpler/remote/remote.hpp"
 #include "simpler/transport/fork_shm_transport.hpp"
+#include "simpler/transport/socket_transport.hpp"
 #include "simpler/transport/thread_transport.hpp"
 #include "simpler/worker_thread.hpp"
 
@@ -66,6 +68,16 @@ struct LaneForMode<mode, L, First, Rest...> {
 };
 template <class L, class... Lanes>
 inline constexpr bool has_leaf = (std::is_same_v<typename Lanes::leaf_type, L> || ...);
+/// The first lane type in Lanes whose leaf is L, or void.
+template <class L, class... Lanes>
+struct LaneWithLeaf {
+  using type = void;
+};
+template <class L, class First, class... Rest>
+struct LaneWithLeaf<L, First, Rest...> {
+  using type = std::conditional_t<std::is_same_v<typename First::leaf_type, L>, First,
+                                  typename LaneWithLeaf<L, Rest...>::type>;
+};
 
 /// The Orchestrator type the nested Workers of a lane set run their orchestration functions
 /// on (void when the set has no nested Worker lane).
@@ -246,6 +258,57 @@ class BasicWorker {
     return id;
   }
 
+  /// Adds an L3 Worker on another host, served there by a RemoteServer, as a next-level child
+  /// (SocketTransport). init() connects, authenticates and waits for the remote's HELLO; a remote
+  /// that cannot be reached or refuses makes init() throw. Tasks for it name orchestration
+  /// functions registered here (register_orch) that the remote serves under the same name
+  /// (RemoteSession::serve_orch); their tensors lie in its buffers (remote_alloc). Before init()
+  /// only; throws UsageError for a bad spec (endpoint, deadlines, window).
+  WorkerId add_remote_worker(RemoteWorkerSpec spec, std::string name = {}) {
+    using Lane = typename detail::LaneWithLeaf<RemoteL3, Lanes...>::type;
+    static_assert(!std::is_void_v<Lane>,
+                  "this Worker's lane set has no RemoteL3 lane (WorkerThread<SocketTransport, "
+                  "RemoteL3>)");
+    check_state(State::New, "add_remote_worker", "before init()");
+    detail::validate(spec);
+    const auto id = static_cast<WorkerId>(core_->next_level.size());
+    if (name.empty()) name = fmt::format("remote worker {} ({})", id, spec.endpoint);
+    return add_child<Lane>(RemoteL3(std::move(spec), *registry_, id), std::move(name));
+  }
+
+  /// Allocates `bytes` in remote worker `remote`'s memory. Between runs only. Throws UsageError
+  /// (not a remote worker, 0 bytes, during a run), RemoteError (the remote refused: no room, over
+  /// its largest buffer) or TransportError (the link is down).
+  RemoteBuffer remote_alloc(WorkerId remote, std::size_t bytes) {
+    check_remote_call("remote_alloc");
+    if (bytes == 0) throw UsageError("Worker::remote_alloc: 0 bytes");
+    RemoteBuffer out;
+    with_remote(remote, "remote_alloc", [&](auto& ep) { out = ep.remote_alloc(remote, bytes); });
+    return out;
+  }
+  /// Copies n bytes from `src` into `buffer` at `offset` (in chunks, several in flight).
+  void copy_to_remote(const RemoteBuffer& buffer, std::size_t offset, const void* src,
+                      std::size_t n) {
+    check_remote_call("copy_to_remote");
+    check_range("copy_to_remote", buffer, offset, n, src);
+    if (n == 0) return;
+    with_owner(buffer, "copy_to_remote",
+               [&](auto& ep) { ep.copy_to_remote(buffer, offset, src, n); });
+  }
+  /// Copies n bytes of `buffer` from `offset` into `dst`.
+  void copy_from_remote(const RemoteBuffer& buffer, std::size_t offset, void* dst, std::size_t n) {
+    check_remote_call("copy_from_remote");
+    check_range("copy_from_remote", buffer, offset, n, dst);
+    if (n == 0) return;
+    with_owner(buffer, "copy_from_remote",
+               [&](auto& ep) { ep.copy_from_remote(buffer, offset, dst, n); });
+  }
+  /// Releases `buffer` on its remote worker. Between runs only.
+  void remote_free(const RemoteBuffer& buffer) {
+    check_remote_call("remote_free");
+    with_owner(buffer, "remote_free", [&](auto& ep) { ep.remote_free(buffer); });
+  }
+
   /// Starts the children (forked first, when child_mode is Process) and then the engine threads.
   /// Throws UsageError when called twice; a child that fails to start makes init() throw and
   /// leaves no child behind.
@@ -394,6 +457,61 @@ class BasicWorker {
           "a scope_end (the run closed them)",
           left_open));
     }
+  }
+
+  void check_remote_call(const char* api) const {
+    check_process(api);
+    check_state(State::Ready, api, "between init() and close()");
+    if (running_.load(std::memory_order_acquire)) {
+      throw UsageError(fmt::format(
+          "Worker::{}: not during a run (tasks in flight may use the buffer); call it between runs",
+          api));
+    }
+  }
+  static void check_range(const char* api, const RemoteBuffer& b, std::size_t offset,
+                          std::size_t n, const void* p) {
+    if (b.empty()) throw UsageError(fmt::format("Worker::{}: an empty RemoteBuffer", api));
+    if (offset > b.size() || n > b.size() - offset) {
+      throw UsageError(fmt::format(
+          "Worker::{}: bytes [{}, {}) are outside buffer {} ({} bytes) of remote worker {}", api,
+          offset, offset + n, b.id(), b.size(), b.worker()));
+    }
+    if (n != 0 && p == nullptr) {
+      throw UsageError(fmt::format("Worker::{}: {} bytes to or from a null pointer", api, n));
+    }
+  }
+  /// Calls fn(endpoint) for next-level worker `id` if it holds remote memory.
+  template <class F>
+  void with_remote(WorkerId id, const char* api, F&& fn) {
+    bool found = false;
+    sched_->for_each_lane([&](auto& lane) {
+      using Lane = std::remove_cvref_t<decltype(lane)>;
+      if constexpr (HoldsRemoteMemory<typename Lane::Endpoint>) {
+        if (!found && lane.role == detail::Role::NextLevel && lane.id == id) {
+          found = true;
+          fn(lane.endpoint());
+        }
+      }
+    });
+    if (!found) {
+      throw UsageError(fmt::format(
+          "Worker::{}: next-level worker {} is not a remote worker (add one with "
+          "add_remote_worker)",
+          api, id));
+    }
+  }
+  template <class F>
+  void with_owner(const RemoteBuffer& b, const char* api, F&& fn) {
+    if (b.empty()) throw UsageError(fmt::format("Worker::{}: an empty RemoteBuffer", api));
+    with_remote(b.worker(), api, [&](auto& ep) {
+      if (!ep.owns(b)) {
+        throw UsageError(fmt::format(
+            "Worker::{}: buffer {} is not a live buffer of remote worker {} (freed already, or "
+            "allocated by another Worker or session)",
+            api, b.id(), b.worker()));
+      }
+      fn(ep);
+    });
   }
 
   static void validate_options(const WorkerOptions& o) {
@@ -600,14 +718,18 @@ using ProcessNestedLane = WorkerThread<ForkShmTransport, NestedWorker<Worker>>;
 /// Chips (WorkerOptions::device_ids), driven from this process or from forked children.
 using ChipLane = WorkerThread<ThreadTransport, ChipWorker>;
 using ProcessChipLane = WorkerThread<ForkShmTransport, ChipWorker>;
+/// L3 Workers on other hosts (add_remote_worker).
+using RemoteLane = WorkerThread<SocketTransport, RemoteL3>;
 // Late chip registration reaches forked chips through this; a signature drift must not silently
 // turn it off.
 static_assert(ForwardsControl<ProcessChipLane::Endpoint>);
 
 /// The default Worker: sub workers, nested Workers and chips on either transport, chosen by
-/// WorkerOptions::child_mode. A class (not an alias) so NestedWorker<Worker> can name it.
+/// WorkerOptions::child_mode, and remote L3 Workers. A class (not an alias) so
+/// NestedWorker<Worker> can name it. The remote lanes come last: lanes launch in this order, so
+/// every local child is forked before the first connection is opened.
 class Worker : public BasicWorker<SubLane, ProcessSubLane, NestedLane, ProcessNestedLane, ChipLane,
-                                  ProcessChipLane> {
+                                  ProcessChipLane, RemoteLane> {
  public:
   using BasicWorker::BasicWorker;
   Worker(Worker&&) noexcept = default;

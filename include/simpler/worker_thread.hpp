@@ -6,6 +6,8 @@
 // briefly after a task, then sleeps on a futex: an idle lane uses no CPU.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -31,6 +33,9 @@ class WorkerThread : public detail::LaneCore {
       : LaneCore(role, id, std::move(name)), core_(core), leaf_(std::move(leaf)), endpoint_(leaf_) {
     watched = !EnforcesDeadlines<T>;
     runs = leaf_kinds<L>();
+    if constexpr (ServesSubset<Endpoint> || HoldsRemoteMemory<Endpoint>) {
+      restrictions = &restricted_;
+    }
   }
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
@@ -42,7 +47,13 @@ class WorkerThread : public detail::LaneCore {
   }
   /// Starts the lane thread.
   void start() {
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+      if constexpr (Pipelines<Endpoint>) {
+        pipelined_loop();
+      } else {
+        loop();
+      }
+    });
   }
   /// Stops the thread (after its current task) and the child. A lost lane's thread may never
   /// return: it is detached instead, and the caller must keep this lane alive (keep_forever).
@@ -116,6 +127,75 @@ class WorkerThread : public detail::LaneCore {
     }
   }
 
+  /// The loop of a lane whose endpoint keeps several tasks in flight (Pipelines): it sends what
+  /// is posted, up to the endpoint's window, before it waits for the oldest outcome; outcomes
+  /// come back in the order the tasks were sent. Successors always go through the scheduler.
+  /// An idle lane whose endpoint Ticks wakes every tick period to call tick().
+  void pipelined_loop() noexcept {
+    std::uint32_t taken = 0;  // outcomes published
+    std::uint32_t sent = 0;   // ring entries handed to the endpoint (or settled without it)
+    const std::uint32_t window = std::max<std::uint32_t>(
+        1, std::min<std::uint32_t>(endpoint_.window(), kDepth));
+    std::array<bool, kDepth> in_flight{};
+    std::array<LeafRequest, kDepth> requests{};
+    for (;;) {
+      if (sent == taken) {
+        auto wait = std::chrono::milliseconds(1000);
+        if constexpr (Ticks<Endpoint>) wait = std::min(wait, endpoint_.tick_period());
+        const bool got = wake.await(
+            [&] {
+              return posted.load(std::memory_order_seq_cst) != sent ||
+                     stopping.load(std::memory_order_seq_cst);
+            },
+            core_.timing.spin, std::chrono::steady_clock::now() + wait);
+        if (!got) {
+          if constexpr (Ticks<Endpoint>) endpoint_.tick();
+          continue;
+        }
+        if (posted.load(std::memory_order_seq_cst) == sent) return;  // stopping
+      }
+      const std::uint32_t avail = posted.load(std::memory_order_seq_cst);
+      while (sent != avail && sent - taken < window) {
+        const Posted p = ring[sent % kDepth];
+        Result& out = results[sent % kDepth];
+        const detail::Slot& s = core_.pool.at(p.slot);
+        in_flight[sent % kDepth] = false;
+        if (core_.run.cancelled()) {
+          out.outcome = Outcome::Skipped;
+        } else {
+          LeafRequest& r = requests[sent % kDepth];
+          build_request(s, p.member, r);
+          Outcome refused = Outcome::EndpointFailure;
+          if (endpoint_.send(r, refused, out.fault)) {
+            in_flight[sent % kDepth] = true;
+          } else {
+            out.outcome = refused;
+            name_callable(r, out);
+          }
+        }
+        ++sent;
+      }
+      // The oldest: wait for it if it went out, then publish it.
+      Result& out = results[taken % kDepth];
+      const detail::Slot& s = core_.pool.at(ring[taken % kDepth].slot);
+      if (in_flight[taken % kDepth]) {
+        const LeafRequest& r = requests[taken % kDepth];
+        out.outcome = endpoint_.receive(out.fault);
+        finish_outcome(r, out);
+      }
+      out.completed_by_lane = !s.is_group();
+      if (out.completed_by_lane) {
+        static_cast<void>(complete_here(const_cast<detail::Slot&>(s), out));
+      }
+      ++taken;
+      completed.store(taken, std::memory_order_seq_cst);
+      if (!queued.exchange(true, std::memory_order_seq_cst)) {
+        core_.done.push(this);
+        core_.notify_scheduler();
+      }
+    }
+  }
+
   /// Runs, on this lane, successors that this lane's completions made ready (the chain case:
   /// no round trip through the scheduler per hop). Each was counted in lane_local when kept.
   /// Returns false when the lane was abandoned at a deadline meanwhile.
@@ -157,6 +237,7 @@ class WorkerThread : public detail::LaneCore {
   }
 
   [[nodiscard]] bool runnable_here(const detail::Slot& c) const noexcept {
+    if constexpr (Pipelines<Endpoint>) return false;  // its loop runs only what was posted
     const bool same_role = c.role == role;
     // A task with a deadline on a lane the scheduler must watch goes through the scheduler: it
     // watches only what it posted.
@@ -171,23 +252,12 @@ class WorkerThread : public detail::LaneCore {
   /// Runs one task through the endpoint. Returns false when the scheduler abandoned this lane
   /// while the task ran (its deadline passed first): then nothing may be touched any more.
   bool run_task(const detail::Slot& s, std::uint32_t member, Result& out) noexcept {
-    const detail::MemberArgs& a = s.members[member];
-    const detail::MemberArgs& b = s.members[member + 1];
     LeafRequest r;
-    r.digest = s.digest;
-    r.index_hint = s.callable_index;
-    r.args.tensor_count = static_cast<std::int32_t>(b.tensor_begin - a.tensor_begin);
-    r.args.scalar_count = static_cast<std::int32_t>(b.scalar_begin - a.scalar_begin);
-    r.args.tensors = s.tensors.data() + a.tensor_begin;
-    r.args.scalars = s.scalars.data() + a.scalar_begin;
-    r.config = s.has_config ? s.config.get() : &default_call_config();
-    // Relaxed: the run's thread set it before publishing any task of the run.
-    const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
+    build_request(s, member, r);
     std::uint64_t word = 0;
-    if (s.timeout_ms != 0 || run_dl != 0) {
-      set_deadline(r, s.timeout_ms, run_dl);
+    if constexpr (!EnforcesDeadlines<T>) {
       // Only ring entries carry a deadline here (runnable_here keeps the others off this lane).
-      if constexpr (!EnforcesDeadlines<T>) word = arm_watch(r);
+      if (r.deadline != std::chrono::steady_clock::time_point::max()) word = arm_watch(r);
     }
     out.outcome = endpoint_.execute(r, out.fault);
     if constexpr (!EnforcesDeadlines<T>) {
@@ -200,6 +270,30 @@ class WorkerThread : public detail::LaneCore {
         }
       }
     }
+    finish_outcome(r, out);
+    return true;
+  }
+
+  /// The leaf request of member `member` of slot `s`, with its deadline.
+  void build_request(const detail::Slot& s, std::uint32_t member, LeafRequest& r) const noexcept {
+    const detail::MemberArgs& a = s.members[member];
+    const detail::MemberArgs& b = s.members[member + 1];
+    r = LeafRequest{};
+    r.digest = s.digest;
+    r.index_hint = s.callable_index;
+    r.args.tensor_count = static_cast<std::int32_t>(b.tensor_begin - a.tensor_begin);
+    r.args.scalar_count = static_cast<std::int32_t>(b.scalar_begin - a.scalar_begin);
+    r.args.tensors = s.tensors.data() + a.tensor_begin;
+    r.args.scalars = s.scalars.data() + a.scalar_begin;
+    r.config = s.has_config ? s.config.get() : &default_call_config();
+    // Relaxed: the run's thread set it before publishing any task of the run.
+    const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
+    if (s.timeout_ms != 0 || run_dl != 0) set_deadline(r, s.timeout_ms, run_dl);
+  }
+
+  /// After the endpoint said how a task ended: the run's deadline, the lane's liveness, the
+  /// callable's name for a failure.
+  void finish_outcome(const LeafRequest& r, Result& out) noexcept {
     // Stopped at the run's deadline: the run's TimeoutError goes first, whichever thread
     // notices the deadline first (this lane, the scheduler, or the orchestration's next submit).
     if (out.outcome == Outcome::EndpointFailure && r.run_deadline &&
@@ -211,14 +305,14 @@ class WorkerThread : public detail::LaneCore {
         dead.store(true, std::memory_order_relaxed);
       }
     }
-    if (out.outcome != Outcome::Success) {
-      try {
-        out.callable = leaf_.callable_name(r);
-      } catch (...) {
-        out.callable.clear();
-      }
+    if (out.outcome != Outcome::Success) name_callable(r, out);
+  }
+  void name_callable(const LeafRequest& r, Result& out) noexcept {
+    try {
+      out.callable = leaf_.callable_name(r);
+    } catch (...) {
+      out.callable.clear();
     }
-    return true;
   }
 
   /// The task's deadline: its own timeout from now, or the run's deadline if that comes first.
@@ -243,9 +337,33 @@ class WorkerThread : public detail::LaneCore {
     return word;
   }
 
+  /// The endpoint's ServesSubset / HoldsRemoteMemory answers, for submit-time checks.
+  struct Restricted final : detail::LaneRestrictions {
+    const Endpoint* e;
+    explicit Restricted(const Endpoint* ep) : e(ep) {}
+    [[nodiscard]] bool serves(std::uint64_t digest) const override {
+      if constexpr (ServesSubset<Endpoint>) return e->serves(digest);
+      return true;
+    }
+    [[nodiscard]] std::string served_names() const override {
+      if constexpr (ServesSubset<Endpoint>) return e->served_names();
+      return "every callable";
+    }
+    [[nodiscard]] std::string where() const override {
+      if constexpr (ServesSubset<Endpoint>) return std::string(e->where());
+      return {};
+    }
+    [[nodiscard]] bool remote_memory() const override { return HoldsRemoteMemory<Endpoint>; }
+    [[nodiscard]] bool holds(std::uint64_t address, std::uint64_t bytes) const override {
+      if constexpr (HoldsRemoteMemory<Endpoint>) return e->holds_remote(address, bytes);
+      return true;
+    }
+  };
+
   detail::EngineCore& core_;
   L leaf_;
   Endpoint endpoint_;
+  Restricted restricted_{&endpoint_};
   std::thread thread_;
   Result local_;  // result of a successor run by run_successors
   std::uint64_t watch_seq_ = 0;

@@ -75,6 +75,8 @@ struct EngineCore {
   int level = 3;
   EngineTiming timing;
   const CallableRegistry* registry = nullptr;  ///< for naming callables in messages
+  /// Some next-level lane has LaneRestrictions: submit checks them (set when lanes are added).
+  bool restricted_lanes = false;
   /// The current run's deadline on the steady clock (ns), 0 = none. Written by the run's thread
   /// before its first submit and after its fence (relaxed: the inbox hand-off orders it). Read
   /// per task by every engine thread, so it has a cache line of its own: nothing written per

@@ -16,6 +16,21 @@
 
 namespace simpler::detail {
 
+/// What a lane with a restricted view of the Worker offers, checked at submit (off the hot path):
+/// the callables it serves (a remote serves what its program registered) and the memory its
+/// child sees (a remote sees only its own buffers).
+struct LaneRestrictions {
+  virtual ~LaneRestrictions() = default;
+  [[nodiscard]] virtual bool serves(std::uint64_t digest) const = 0;
+  [[nodiscard]] virtual std::string served_names() const = 0;
+  /// Where the child is ("127.0.0.1:7000"), for messages.
+  [[nodiscard]] virtual std::string where() const = 0;
+  /// True when tensors for it must lie in its remote buffers.
+  [[nodiscard]] virtual bool remote_memory() const = 0;
+  /// Whether [address, address + bytes) lies in one of its live remote buffers.
+  [[nodiscard]] virtual bool holds(std::uint64_t address, std::uint64_t bytes) const = 0;
+};
+
 /// The scheduler-facing half of a lane (a WorkerThread). Not a template, so the scheduler's hot
 /// path touches no lane-type-specific code.
 ///
@@ -36,6 +51,9 @@ struct LaneCore {
   /// The callable kinds its leaf runs (kind_bit mask): the Orchestrator refuses a task directed
   /// at a lane that cannot run it, and the scheduler gives shared work only to lanes that can.
   std::uint8_t runs = kAllCallableKinds;
+  /// Set for lanes that serve only some callables or see only remote memory (see
+  /// LaneRestrictions); null for the others.
+  const LaneRestrictions* restrictions = nullptr;
 
   struct Posted {  // 8 bytes: eight fit one cache line
     TaskSlot slot;

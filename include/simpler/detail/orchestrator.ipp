@@ -9,6 +9,7 @@
 
 #include "simpler/error.hpp"
 #include "simpler/orchestrator.hpp"
+#include "simpler/remote/wire.hpp"
 
 namespace simpler {
 
@@ -212,6 +213,63 @@ inline void OrchestratorBase::check_targets(Role role, const detail::CallableReg
   }
 }
 
+inline void OrchestratorBase::check_restricted(const detail::CallableRegistry::Entry& entry,
+                                                std::span<const TaskArgs> members,
+                                                std::span<const WorkerId> targets,
+                                                const char* api) const {
+  const std::uint8_t bit = kind_bit(entry.kind);
+  const auto lane_text = [](const detail::LaneCore& l) {
+    const std::string where = l.restrictions->where();
+    return where.empty() || l.name.find(where) != std::string::npos
+               ? fmt::format("next-level worker {} ('{}')", l.id, l.name)
+               : fmt::format("next-level worker {} ('{}', at {})", l.id, l.name, where);
+  };
+  const auto check = [&](const detail::LaneCore& l, const TaskArgs& a, bool chosen) {
+    const detail::LaneRestrictions* r = l.restrictions;
+    if (r == nullptr || (l.runs & bit) == 0) return;
+    const char* hint = chosen ? "" : "; the task names no worker and may go there: direct it (worker=)";
+    if (!r->serves(entry.digest)) {
+      throw UsageError(fmt::format(
+          "Orchestrator::{}: {} does not serve '{}' (it serves {}); register it there with "
+          "RemoteSession::serve_orch under the same name{}",
+          api, lane_text(l), entry.name, r->served_names(), hint));
+    }
+    if (!r->remote_memory()) return;
+    for (std::int32_t i = 0; i < a.tensor_count(); ++i) {
+      const ContinuousTensor& t = a.tensor(i);
+      if (t.data == 0) {
+        throw UsageError(fmt::format(
+            "Orchestrator::{}: tensor {} is an Output with data == 0, which {} cannot allocate at "
+            "submit; allocate a RemoteBuffer there (Worker::remote_alloc) and pass "
+            "buffer.tensor(...) tagged OutputExisting{}",
+            api, i, lane_text(l), hint));
+      }
+      if (t.child_memory == 0) {
+        throw UsageError(fmt::format(
+            "Orchestrator::{}: tensor {} ({:#x}) is host memory, and {} is on another host: "
+            "pointers never cross hosts; put the data in a RemoteBuffer (Worker::remote_alloc, "
+            "copy_to_remote) and pass buffer.tensor(...){}",
+            api, i, t.data, lane_text(l), hint));
+      }
+      if (!r->holds(t.data, t.nbytes())) {
+        throw UsageError(fmt::format(
+            "Orchestrator::{}: tensor {} (buffer {}, bytes [{}, {})) lies in no live buffer of "
+            "{}: a buffer of another worker, one that was freed, or a range past its end",
+            api, i, wire::buffer_of(t.data), wire::offset_of(t.data),
+            wire::offset_of(t.data) + t.nbytes(), lane_text(l)));
+      }
+    }
+  };
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    const WorkerId target = targets.empty() ? any_worker : targets[m];
+    if (target != any_worker) {
+      check(*core_.next_level[static_cast<std::size_t>(target)], members[m], true);
+    } else {
+      for (const detail::LaneCore* l : core_.next_level) check(*l, members[m], false);
+    }
+  }
+}
+
 inline SubmitResult OrchestratorBase::submit_next_level(const CallableHandle& callable,
                                                         TaskArgs args, const CallConfig& config,
                                                         WorkerId worker) {
@@ -273,6 +331,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
                     api, entry.name));
   }
   check_targets(role, entry, members.size(), targets, api);
+  if (role == Role::NextLevel && core_.restricted_lanes) check_restricted(entry, members, targets, api);
   const bool custom_config = &config != &default_call_config();
   if (custom_config) config.validate();
 

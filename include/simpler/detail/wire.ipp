@@ -263,6 +263,7 @@ inline void encode(const Hello& m, std::vector<std::byte>& out) {
     w.u64(s.digest);
     w.str(s.name);
   }
+  detail::put_status(w, m.status, m.kind, m.code, m.message);
 }
 inline Hello decode_hello(std::span<const std::byte> p) {
   Reader r(p, "HELLO");
@@ -283,6 +284,7 @@ inline Hello decode_hello(std::span<const std::byte> p) {
     s.name = r.str(kMaxName, "served.name");
     m.served.push_back(std::move(s));
   }
+  detail::get_status(r, m);
   r.end();
   return m;
 }
@@ -412,8 +414,9 @@ inline void encode(const Control& m, std::vector<std::byte>& out) {
   w.u64(m.b);
   w.u64(m.n);
 }
-inline Control decode_control(std::span<const std::byte> p) {
-  Reader r(p.first(std::min(p.size(), kControlHeadBytes)), "CONTROL");
+inline Control decode_control_head(std::span<const std::byte> prefix,
+                                   std::uint64_t payload_length) {
+  Reader r(prefix.first(std::min(prefix.size(), kControlHeadBytes)), "CONTROL");
   Control m;
   const std::uint32_t op = r.u32("op");
   if (op == 0 || op > kControlOpMax) r.fail("op", fmt::format("{} is not a control op", op));
@@ -424,8 +427,8 @@ inline Control decode_control(std::span<const std::byte> p) {
   m.b = r.u64("b");
   m.n = r.u64("n");
   r.end();
-  const std::size_t rest = p.size() - kControlHeadBytes;
-  Reader whole(p, "CONTROL");
+  const std::uint64_t rest = payload_length - kControlHeadBytes;
+  Reader whole(prefix, "CONTROL");
   switch (m.op) {
     case ControlOp::CopyTo:
       if (rest != m.n) {
@@ -443,14 +446,22 @@ inline Control decode_control(std::span<const std::byte> p) {
       (m.b > kOffsetMask || m.n > kOffsetMask || m.b + m.n > kOffsetMask)) {
     whole.fail("offset", fmt::format("range [{}, +{}) is outside any buffer", m.b, m.n));
   }
-  if ((m.op == ControlOp::Ping || m.op == ControlOp::Alloc) && (m.b != 0 || m.n != 0)) {
-    whole.fail("b", "unused fields of this op must be 0");
+  if (m.op == ControlOp::Alloc && (m.b == 0 || m.b > kMaxBufferId)) {
+    whole.fail("b", fmt::format("buffer id {} is outside 1..{}", m.b, kMaxBufferId));
+  }
+  const bool ping = m.op == ControlOp::Ping;
+  if ((ping && m.b != 0) || ((ping || m.op == ControlOp::Alloc) && m.n != 0)) {
+    whole.fail("n", "unused fields of this op must be 0");
   }
   if (m.op == ControlOp::Ping && m.a != 0) whole.fail("a", "unused fields of this op must be 0");
   if (m.op == ControlOp::Free && (m.b != 0 || m.n != 0)) {
     whole.fail("b", "unused fields of this op must be 0");
   }
   return m;
+}
+
+inline Control decode_control(std::span<const std::byte> p) {
+  return decode_control_head(p, p.size());
 }
 
 inline void encode(const ControlReply& m, std::vector<std::byte>& out) {
@@ -462,7 +473,9 @@ inline void encode(const ControlReply& m, std::vector<std::byte>& out) {
   w.u64(m.r1);
   w.u64(m.r2);
 }
-inline ControlReply decode_control_reply(std::span<const std::byte> p, std::size_t& head_bytes) {
+inline ControlReply decode_control_reply_head(std::span<const std::byte> p,
+                                              std::uint64_t payload_length,
+                                              std::size_t& head_bytes) {
   Reader r(p, "CONTROL_REPLY");
   ControlReply m;
   m.answers = r.u64("answers");
@@ -474,14 +487,21 @@ inline ControlReply decode_control_reply(std::span<const std::byte> p, std::size
   m.r1 = r.u64("r1");
   m.r2 = r.u64("r2");
   head_bytes = p.size() - r.left();
+  const std::uint64_t data = payload_length - head_bytes;
   if (m.op == ControlOp::CopyFrom && m.status == Status::Ok) {
-    if (r.left() != m.r0) {
-      r.fail("r0", fmt::format("says {} bytes follow, the frame carries {}", m.r0, r.left()));
+    if (data != m.r0) {
+      r.fail("r0", fmt::format("says {} bytes follow, the frame carries {}", m.r0, data));
     }
-  } else {
-    r.end();
+  } else if (data != 0) {
+    r.fail("end", fmt::format("{} trailing bytes after the payload", data));
   }
   return m;
+}
+
+inline ControlReply decode_control_reply(std::span<const std::byte> p, std::size_t& head_bytes) {
+  // The head is at most its fixed fields and the longest message.
+  const std::size_t max_head = 8 + 4 + 1 + 1 + 4 + 4 + kMaxMessage + 24;
+  return decode_control_reply_head(p.first(std::min(p.size(), max_head)), p.size(), head_bytes);
 }
 
 inline void decode_payload(FrameType t, std::span<const std::byte> p) {

@@ -165,6 +165,8 @@ using Proof = std::array<std::byte, kProofBytes>;
 
 // ---- Payloads.
 
+enum class Status : std::uint8_t { Ok = 0, Failed = 1 };
+
 struct AuthBegin {
   Nonce client_nonce{};
   std::uint32_t heartbeat_ms = 0;          ///< the client's heartbeat period
@@ -187,6 +189,12 @@ struct Hello {
   std::uint64_t max_buffer_bytes = 0;   ///< the largest buffer it allocates
   std::uint64_t buffer_pool_bytes = 0;  ///< all its buffers together
   std::vector<ServedCallable> served;
+  /// Failed: the session could not start (setup or the inner init() threw); the message says why
+  /// and the server closes the connection after this frame.
+  Status status = Status::Ok;
+  ErrorKind kind = ErrorKind::Other;
+  std::int32_t code = 0;
+  std::string message;
 };
 /// A TASK: the callable's digest, its config and its arguments. Tensor data are remote buffer
 /// addresses (RemoteBuffer::tensor), never pointers.
@@ -196,7 +204,6 @@ struct Task {
   std::vector<ContinuousTensor> tensors;
   std::vector<std::uint64_t> scalars;
 };
-enum class Status : std::uint8_t { Ok = 0, Failed = 1 };
 struct Completion {
   std::uint64_t answers = 0;  ///< the TASK's sequence
   Status status = Status::Ok;
@@ -206,7 +213,7 @@ struct Completion {
 };
 
 enum class ControlOp : std::uint32_t {
-  Alloc = 1,     ///< u64 bytes -> u64 buffer id, u64 base address, u64 bytes
+  Alloc = 1,     ///< u64 bytes, u64 buffer id (the client's) -> u64 buffer id, u64 base, u64 bytes
   Free = 2,      ///< u64 buffer id -> (nothing)
   CopyTo = 3,    ///< u64 buffer id, u64 offset, u64 n, then n bytes -> (nothing)
   CopyFrom = 4,  ///< u64 buffer id, u64 offset, u64 n -> then n bytes
@@ -219,7 +226,9 @@ const char* to_string(ControlOp op) noexcept;
 struct Control {
   ControlOp op = ControlOp::Ping;
   std::uint64_t a = 0;  ///< Alloc: bytes; Free/CopyTo/CopyFrom: buffer id
-  std::uint64_t b = 0;  ///< CopyTo/CopyFrom: offset
+  /// Alloc: the buffer id the client chose (unique in its process, so a tensor names its buffer
+  /// across all its remotes); CopyTo/CopyFrom: offset.
+  std::uint64_t b = 0;
   std::uint64_t n = 0;  ///< CopyTo/CopyFrom: byte count
 };
 inline constexpr std::size_t kControlHeadBytes = 4 + 4 + 8 + 8 + 8;
@@ -256,8 +265,17 @@ Completion decode_completion(std::span<const std::byte> p);
 /// Decodes a CONTROL head; for CopyTo `p` may hold more (the bytes), which the caller takes.
 /// With `exact`, trailing bytes are an error (every op but CopyTo).
 Control decode_control(std::span<const std::byte> p);
+/// The same from the first bytes (at least kControlHeadBytes) of a payload of `payload_length`
+/// bytes: a CopyTo's data need not be there yet.
+Control decode_control_head(std::span<const std::byte> prefix, std::uint64_t payload_length);
 /// Decodes a CONTROL_REPLY's head; returns the bytes after it (CopyFrom data, else empty).
 ControlReply decode_control_reply(std::span<const std::byte> p, std::size_t& head_bytes);
+/// The same from the first bytes of a payload of `payload_length` bytes (at least the head; a
+/// CopyFrom's data need not be there): checks that the rest is exactly the data it announces.
+ControlReply decode_control_reply_head(std::span<const std::byte> prefix,
+                                       std::uint64_t payload_length, std::size_t& head_bytes);
+/// The head of an ok CONTROL_REPLY (empty message).
+inline constexpr std::size_t kOkReplyHeadBytes = 8 + 4 + 1 + 1 + 4 + 4 + 24;
 
 /// Decodes the payload of a frame of type `t`, checking it as its receiver would (the fuzzer's
 /// entry point; the links call the typed decoders).

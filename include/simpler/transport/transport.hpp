@@ -5,16 +5,19 @@
 // transport forks here), execute() once per task on the lane's thread, shutdown() once at the end.
 #pragma once
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "simpler/options.hpp"
 
 #include "simpler/error.hpp"
 #include "simpler/leaf/leaf.hpp"
+#include "simpler/remote/remote.hpp"
 
 namespace simpler {
 
@@ -97,6 +100,49 @@ concept EnforcesDeadlines = requires {
 template <class T>
 concept SeparateAddressSpace = requires {
   requires T::kSeparateAddressSpace;
+};
+
+/// Optional: keeps several tasks in flight. The lane sends up to window() tasks with send()
+/// (false: that task did not go out; `refused` and `fault` say how it ended) before it waits
+/// with receive() for the oldest one's outcome, in the order they were sent.
+template <class E>
+concept Pipelines = requires(E& e, const E& ce, const LeafRequest& r, Outcome& o, Fault& f) {
+  { ce.window() } -> std::convertible_to<std::uint32_t>;
+  { e.send(r, o, f) } noexcept -> std::same_as<bool>;
+  { e.receive(f) } noexcept -> std::same_as<Outcome>;
+};
+
+/// Optional: has work to do while its lane is idle (heartbeats): the idle lane wakes every
+/// tick_period() and calls tick().
+template <class E>
+concept Ticks = requires(E& e, const E& ce) {
+  { ce.tick_period() } -> std::convertible_to<std::chrono::milliseconds>;
+  { e.tick() } noexcept;
+};
+
+/// Optional: runs only some of the registered callables (a remote serves what its program
+/// registered). Known after launch(); the Orchestrator refuses, at submit, a task naming a
+/// callable the lane does not serve.
+template <class E>
+concept ServesSubset = requires(const E& e, std::uint64_t digest) {
+  { e.serves(digest) } -> std::convertible_to<bool>;
+  { e.served_names() } -> std::convertible_to<std::string>;
+  { e.where() } -> std::convertible_to<std::string>;
+};
+
+/// Optional: its child is on another host and sees only memory allocated there; tensors for it
+/// are RemoteBuffer tensors (the Orchestrator refuses any other at submit), and the facade's
+/// remote_alloc / remote_free / copy_to_remote / copy_from_remote reach it through these.
+template <class E>
+concept HoldsRemoteMemory = requires(E& e, WorkerId w, std::uint64_t n, const RemoteBuffer& b,
+                                     const void* src, void* dst) {
+  { e.remote_alloc(w, n) } -> std::same_as<RemoteBuffer>;
+  e.remote_free(b);
+  e.copy_to_remote(b, n, src, n);
+  e.copy_from_remote(b, n, dst, n);
+  { e.session() } -> std::convertible_to<std::uint64_t>;
+  { std::as_const(e).holds_remote(n, n) } -> std::convertible_to<bool>;
+  { std::as_const(e).owns(b) } -> std::convertible_to<bool>;
 };
 
 template <class T>
