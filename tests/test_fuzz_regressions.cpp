@@ -56,3 +56,8 @@ TEST_CASE("the fuzz_mailbox_frame corpus and regressions replay without a defect
 TEST_CASE("the fuzz_device corpus and regressions replay without a defect", "[fuzz][device]") {
   CHECK(replay("fuzz_device", simpler_fuzz_device) > 0);
 }
+
+TEST_CASE("the fuzz_remote_frame corpus and regressions replay without a defect",
+          "[fuzz][remote][remote-wire]") {
+  CHECK(replay("fuzz_remote_frame", simpler_fuzz_remote_frame) > 0);
+}

@@ -18,3 +18,7 @@ int simpler_fuzz_mailbox_frame(const std::uint8_t* data, std::size_t size);
 /// program (submits, alloc_tensor, read_tensor with any offsets and sizes) from the input. One
 /// device context serves every input.
 int simpler_fuzz_device(const std::uint8_t* data, std::size_t size);
+
+/// The remote wire codec on a stream of frames (header, then payload), checked against the link
+/// the first header sets up; what decodes must re-encode to the same bytes.
+int simpler_fuzz_remote_frame(const std::uint8_t* data, std::size_t size);

@@ -152,7 +152,136 @@ def device():
     w("null_reads", run(0, 0, data, [], bytes([5, 0, 0, 5, 0, 1])))
 
 
+# ---- remote frames: a stream of [40-byte header][payload] (include/simpler/remote/wire.hpp,
+#      docs/remote.md "Wire protocol"). All integers little-endian. The first header fixes the
+#      link's session, worker and first sequence number; each later frame carries the next one.
+
+MAGIC, VERSION = 0x524D5053, 1
+(AUTH_BEGIN, AUTH_CHALLENGE, AUTH_PROOF, HELLO, TASK, COMPLETION, CONTROL, CONTROL_REPLY,
+ HEARTBEAT, SHUTDOWN) = range(1, 11)
+ALLOC, FREE, COPY_TO, COPY_FROM, PING = range(1, 6)
+OK, FAILED = 0, 1
+KIND_DEVICE, KIND_REMOTE = 6, 7
+FLOAT16, INT64, BFLOAT16 = 1, 7, 6
+
+
+def header(ftype, session, worker, seq, length, magic=MAGIC, version=VERSION, flags=0, r0=0, r1=0):
+    return struct.pack("<IHBBQIIQII", magic, version, ftype, flags, session, worker, r0, seq, length,
+                       r1)
+
+
+def wstr(b):
+    return struct.pack("<I", len(b)) + bytes(b)
+
+
+def frames(session, worker, seq, items):
+    """items: (type, payload) or (type, payload, declared length); sequence numbers count up."""
+    out = b""
+    for i, item in enumerate(items):
+        ftype, payload = item[0], item[1]
+        length = len(payload) if len(item) < 3 else item[2]
+        out += header(ftype, session, worker, (seq + i) & U64_MAX, length) + payload
+    return out
+
+
+def auth_begin(nonce, period_ms, timeout_ms):
+    return bytes(nonce) + struct.pack("<II", period_ms, timeout_ms)
+
+
+def hello(served, level=3, max_payload=1 << 20, max_buffer=1 << 30, pool=1 << 32):
+    out = struct.pack("<iIQQI", level, max_payload, max_buffer, pool, len(served))
+    return out + b"".join(struct.pack("<Q", d) + wstr(n) for d, n in served)
+
+
+def remote_config(block_dim=0, threads=3, knobs=(0, 0, 0, 0), prefix=b"", env=(0,) * 12, timeout=0):
+    return (struct.pack("<6i", block_dim, threads, *knobs) + wstr(prefix) +
+            struct.pack("<12Q", *env) + struct.pack("<q", timeout))
+
+
+def remote_tensor(buffer_id, offset, shape, dtype, child=1, ndims=None):
+    nd = len(shape) if ndims is None else ndims
+    return (struct.pack("<QBBBB", (buffer_id << 40) | offset, dtype, nd, child, 0) +
+            struct.pack("<%dI" % len(shape), *shape))
+
+
+def task(digest, config, tensors, scalars):
+    return (struct.pack("<Q", digest) + config + struct.pack("<I", len(tensors)) +
+            b"".join(tensors) + struct.pack("<I", len(scalars)) +
+            b"".join(struct.pack("<Q", v) for v in scalars))
+
+
+def status(st, kind, code, message):
+    return struct.pack("<BBi", st, kind, code) + wstr(message)
+
+
+def completion(answers, st=OK, kind=0, code=0, message=b""):
+    return struct.pack("<Q", answers) + status(st, kind, code, message)
+
+
+def control(op, a=0, b=0, n=0, data=b""):
+    return struct.pack("<IIQQQ", op, 0, a, b, n) + data
+
+
+def control_reply(answers, op, st=OK, kind=0, code=0, message=b"", r=(0, 0, 0), data=b""):
+    return (struct.pack("<QI", answers, op) + status(st, kind, code, message) +
+            struct.pack("<3Q", *r) + data)
+
+
+def remote_frame():
+    w = lambda n, d: write("fuzz_remote_frame", n, d)
+    s, wk = 0x5E55_1017_0000_00A1, 3
+    busy = remote_config(24, 4, (2, 1, 3, 1), b"/var/tmp/simpler-diag",
+                         (4, 1024, 0, 1 << 20, 1024, 0, 1 << 30, 4096, 0, 4, 65536, 7), 1500)
+    args = [remote_tensor(1, 0, [16], FLOAT32), remote_tensor(2, 0x100, [3, 5], FLOAT16),
+            remote_tensor(3, 8, [1, 2, 3], INT64), remote_tensor(4, 0, [7, 1, 1, 1, 9], BFLOAT16)]
+    w("empty", b"")
+    w("client_session", frames(s, wk, 0, [
+        (AUTH_BEGIN, auth_begin(range(32), 250, 2000)),
+        (AUTH_PROOF, bytes(range(0x40, 0x60))),
+        (CONTROL, control(ALLOC, 4096)),
+        (CONTROL, control(COPY_TO, 1, 64, 16, bytes(range(16)))),
+        (TASK, task(0xC0FFEE, remote_config(), [remote_tensor(1, 64, [4], INT32)], [7])),
+        (CONTROL, control(COPY_FROM, 1, 0, 32)),
+        (CONTROL, control(PING)),
+        (HEARTBEAT, b""),
+        (CONTROL, control(FREE, 1)),
+        (SHUTDOWN, b""),
+    ]))
+    w("server_session", frames(s, wk, 0, [
+        (AUTH_CHALLENGE, bytes(range(0x80, 0xC0))),
+        (HELLO, hello([(0x1111, b"vector_add"), (0x2222, b"orch/matmul")])),
+        (CONTROL_REPLY, control_reply(2, ALLOC, r=(1, 1 << 40, 4096))),
+        (CONTROL_REPLY, control_reply(3, COPY_TO)),
+        (COMPLETION, completion(4)),
+        (CONTROL_REPLY, control_reply(5, COPY_FROM, r=(8, 0, 0), data=bytes(range(8)))),
+        (COMPLETION, completion(6, FAILED, KIND_DEVICE, -120, b"chip 0: kernel faulted")),
+        (CONTROL_REPLY, control_reply(7, FREE, FAILED, KIND_REMOTE, 0, b"no buffer 9")),
+        (HEARTBEAT, b""),
+    ]))
+    w("task_busy", frames(s, wk, 41, [(TASK, task(0x0123456789ABCDEF, busy, args,
+                                                  [0, 1, U64_MAX]))]))
+    w("task_bad_dtype", frames(s, wk, 0, [(TASK, task(9, remote_config(),
+                                                      [remote_tensor(1, 0, [4], 200)], []))]))
+    w("task_local_tensor", frames(s, wk, 0, [(TASK, task(9, remote_config(),
+                                                         [remote_tensor(1, 0, [4], 0, 0)], []))]))
+    w("task_negative_block_dim", frames(s, wk, 0, [(TASK, task(9, remote_config(-1), [], []))]))
+    w("sequence_wraps", frames(s, wk, U64_MAX, [(HEARTBEAT, b""), (HEARTBEAT, b""),
+                                                (CONTROL, control(PING))]))
+    w("out_of_order", frames(s, wk, 5, [(HEARTBEAT, b"")]) + frames(s, wk, 7, [(HEARTBEAT, b"")]))
+    w("other_session", frames(s, wk, 0, [(HEARTBEAT, b"")]) +
+      frames(s + 1, wk, 1, [(HEARTBEAT, b"")]))
+    w("bad_magic", header(HEARTBEAT, s, wk, 0, 0, magic=0x52504D53))
+    w("reserved_set", header(HEARTBEAT, s, wk, 0, 0, r1=1))
+    w("length_over_limit", header(CONTROL, s, wk, 0, (1 << 16) + 1) + control(PING))
+    w("payload_cut_short", header(HELLO, s, wk, 0, 100) + hello([])[:10])
+    w("copy_to_short", frames(s, wk, 0, [(CONTROL, control(COPY_TO, 1, 0, 8, bytes(4)))]))
+    w("hello_count_unfit", frames(s, wk, 0, [(HELLO, hello([])[:-4] + struct.pack("<I", 1000))]))
+    w("completion_long_message", frames(s, wk, 0, [(COMPLETION, completion(
+        1, FAILED, KIND_REMOTE, 5, b"m" * 16384))]))
+
+
 if __name__ == "__main__":
     args_blob()
     mailbox_frame()
     device()
+    remote_frame()
