@@ -311,22 +311,30 @@ class RemoteServer::Session {
     last_tx_ = Clock::now();
     if (!writing_) write_next();
   }
+  /// Writes every queued frame in one gathered write (completions of pipelined tasks that
+  /// finished meanwhile leave together).
   void write_next() {
     if (out_.empty() || ended_) {
       writing_ = false;
       return;
     }
     writing_ = true;
-    const Out& o = out_.front();
-    std::array<detail::asio::const_buffer, 2> bufs{
-        detail::asio::buffer(o.bytes), detail::asio::buffer(o.extra.data(), o.extra.size())};
-    detail::asio::async_write(sock_, bufs,
-                              [this](const boost::system::error_code& ec, std::size_t) {
+    gather_.clear();
+    std::size_t frames = 0;
+    for (const Out& o : out_) {
+      if (gather_.size() + 2 > kMaxGather) break;
+      gather_.push_back(detail::asio::buffer(o.bytes));
+      if (!o.extra.empty()) gather_.push_back(detail::asio::buffer(o.extra.data(), o.extra.size()));
+      ++frames;
+    }
+    detail::asio::async_write(sock_, gather_,
+                              [this, frames](const boost::system::error_code& ec, std::size_t) {
                                 if (ec) {
                                   end(fmt::format("writing failed: {}", ec.message()));
                                   return;
                                 }
-                                out_.pop_front();
+                                out_.erase(out_.begin(),
+                                           out_.begin() + static_cast<std::ptrdiff_t>(frames));
                                 write_next();
                               });
   }
@@ -476,6 +484,8 @@ class RemoteServer::Session {
   std::size_t rpos_ = 0, rend_ = 0;
   std::vector<std::byte> sink_;
   std::deque<Out> out_;
+  static constexpr std::size_t kMaxGather = 64;
+  std::vector<detail::asio::const_buffer> gather_;
   bool writing_ = false;
   bool ended_ = false;
   std::string end_reason_;
