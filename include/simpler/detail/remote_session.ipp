@@ -295,7 +295,8 @@ class RemoteServer::Session {
 
   /// Queues a frame (its header numbered now) and starts writing if idle. I/O thread only.
   template <class Encode>
-  void queue(wire::FrameType type, Encode&& encode, std::span<const std::byte> extra = {}) {
+  void queue(wire::FrameType type, Encode&& encode, std::span<const std::byte> extra = {},
+             bool start = true) {
     Out o;
     o.bytes.resize(wire::kHeaderBytes);
     encode(o.bytes);
@@ -309,7 +310,7 @@ class RemoteServer::Session {
     o.extra = extra;
     out_.push_back(std::move(o));
     last_tx_ = Clock::now();
-    if (!writing_) write_next();
+    if (start && !writing_) write_next();
   }
   /// Writes every queued frame in one gathered write (completions of pipelined tasks that
   /// finished meanwhile leave together).
@@ -368,6 +369,7 @@ class RemoteServer::Session {
 
   void execute_loop() {
     std::uint64_t taken = 0;
+    std::vector<wire::Completion> batch;
     for (;;) {
       jobs_wake_.await(
           [&] {
@@ -384,10 +386,21 @@ class RemoteServer::Session {
         jobs_.pop_front();
       }
       ++taken;
-      auto done = std::make_shared<wire::Completion>(execute(job));
-      detail::asio::post(io_, [this, done] {
-        if (!ended_) queue(wire::FrameType::Completion, [&](auto& out) { wire::encode(*done, out); });
-      });
+      batch.push_back(execute(job));
+      // While more tasks wait, completions gather and leave together (one wake of the I/O
+      // thread, one write); the last one of a burst leaves at once.
+      if (batch.size() >= 8 || jobs_posted_.load(std::memory_order_seq_cst) == taken) {
+        auto done = std::make_shared<std::vector<wire::Completion>>(std::move(batch));
+        batch.clear();
+        detail::asio::post(io_, [this, done] {
+          if (ended_) return;
+          for (const auto& c : *done) {
+            queue(wire::FrameType::Completion, [&](auto& out) { wire::encode(c, out); }, {},
+                  /*start=*/false);
+          }
+          if (!writing_) write_next();
+        });
+      }
     }
     exec_done_.store(true, std::memory_order_seq_cst);
     exec_done_wake_.notify_all();
