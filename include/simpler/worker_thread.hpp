@@ -158,7 +158,7 @@ class WorkerThread : public detail::LaneCore {
       while (sent != avail && sent - taken < window) {
         const Posted p = ring[sent % kDepth];
         Result& out = results[sent % kDepth];
-        const detail::Slot& s = core_.pool.at(p.slot);
+        detail::Slot& s = core_.pool.at(p.slot);
         in_flight[sent % kDepth] = false;
         if (core_.run.cancelled()) {
           out.outcome = Outcome::Skipped;
@@ -177,22 +177,26 @@ class WorkerThread : public detail::LaneCore {
       }
       // The oldest: wait for it if it went out, then publish it.
       Result& out = results[taken % kDepth];
-      const detail::Slot& s = core_.pool.at(ring[taken % kDepth].slot);
+      detail::Slot& s = core_.pool.at(ring[taken % kDepth].slot);
       if (in_flight[taken % kDepth]) {
         const LeafRequest& r = requests[taken % kDepth];
         out.outcome = endpoint_.receive(out.fault);
         finish_outcome(r, out);
       }
       out.completed_by_lane = !s.is_group();
-      if (out.completed_by_lane) {
-        static_cast<void>(complete_here(const_cast<detail::Slot&>(s), out));
-      }
+      detail::Slot* next = nullptr;
+      pl_sent_ = sent;
+      pl_taken_ = taken;
+      if (out.completed_by_lane) next = complete_here(s, out);
       ++taken;
+      pl_taken_ = taken;
       completed.store(taken, std::memory_order_seq_cst);
       if (!queued.exchange(true, std::memory_order_seq_cst)) {
         core_.done.push(this);
         core_.notify_scheduler();
       }
+      // A successor kept here (nothing else was in flight): sent at once, no scheduler hop.
+      if (next != nullptr && !run_successors(next)) return detach_once();
     }
   }
 
@@ -237,7 +241,13 @@ class WorkerThread : public detail::LaneCore {
   }
 
   [[nodiscard]] bool runnable_here(const detail::Slot& c) const noexcept {
-    if constexpr (Pipelines<Endpoint>) return false;  // its loop runs only what was posted
+    if constexpr (Pipelines<Endpoint>) {
+      // Keep a successor only when nothing else is in flight or posted: it then goes out at
+      // once (a chain needs no scheduler hop); otherwise the window is busy anyway.
+      if (pl_sent_ - pl_taken_ > 1 || posted.load(std::memory_order_seq_cst) != pl_sent_) {
+        return false;
+      }
+    }
     const bool same_role = c.role == role;
     // A task with a deadline on a lane the scheduler must watch goes through the scheduler: it
     // watches only what it posted.
@@ -364,6 +374,9 @@ class WorkerThread : public detail::LaneCore {
   L leaf_;
   Endpoint endpoint_;
   Restricted restricted_{&endpoint_};
+  // The pipelined loop's counters, for runnable_here (lane thread only).
+  std::uint32_t pl_sent_ = 0;
+  std::uint32_t pl_taken_ = 0;
   std::thread thread_;
   Result local_;  // result of a successor run by run_successors
   std::uint64_t watch_seq_ = 0;

@@ -78,7 +78,7 @@ class RemoteServer::Session {
     executor_ = std::thread([this] { execute_loop(); });
     arm_heartbeat();
     start_read();
-    io_.run();
+    serve_io();
     return finish();
   }
 
@@ -101,6 +101,30 @@ class RemoteServer::Session {
   }
 
   // ---- I/O thread.
+
+  /// The I/O loop. While a lone task runs its completion is near: the loop polls for
+  /// up to the inner Worker's spin before it sleeps in epoll, so a short task's completion goes
+  /// out without a wake-up of this thread (one less sleep/wake per round trip).
+  void serve_io() {
+    const auto spin = inner_->options().spin;
+    while (!ended_ && !io_.stopped()) {
+      // Only for a lone task: with a queue, completions leave in batches and spinning here
+      // would take the core from the executor.
+      if (spin.count() > 0 && jobs_posted_.load(std::memory_order_seq_cst) ==
+                                  jobs_done_.load(std::memory_order_seq_cst) + 1) {
+        const auto until = Clock::now() + spin;
+        std::size_t ran = 0;
+        while (ran == 0 && !io_.stopped() && Clock::now() < until &&
+               jobs_posted_.load(std::memory_order_seq_cst) !=
+                   jobs_done_.load(std::memory_order_seq_cst)) {
+          ran = io_.poll_one();
+          if (ran == 0) detail::cpu_relax();
+        }
+        if (ran != 0) continue;
+      }
+      io_.run_one();
+    }
+  }
 
   void start_read() {
     if (rend_ == rbuf_.size()) compact();
@@ -387,6 +411,7 @@ class RemoteServer::Session {
       }
       ++taken;
       batch.push_back(execute(job));
+      jobs_done_.store(taken, std::memory_order_seq_cst);
       // While more tasks wait, completions gather and leave together (one wake of the I/O
       // thread, one write); the last one of a burst leaves at once.
       if (batch.size() >= 8 || jobs_posted_.load(std::memory_order_seq_cst) == taken) {
@@ -509,6 +534,7 @@ class RemoteServer::Session {
   std::mutex jobs_mu_;
   std::deque<Job> jobs_;
   std::atomic<std::uint64_t> jobs_posted_{0};
+  std::atomic<std::uint64_t> jobs_done_{0};
   detail::EventCount jobs_wake_;
   std::atomic<bool> stop_exec_{false};
   std::atomic<bool> exec_done_{false};
