@@ -188,9 +188,13 @@ def auth_begin(nonce, period_ms, timeout_ms):
     return bytes(nonce) + struct.pack("<II", period_ms, timeout_ms)
 
 
-def hello(served, level=3, max_payload=1 << 20, max_buffer=1 << 30, pool=1 << 32):
-    out = struct.pack("<iIQQI", level, max_payload, max_buffer, pool, len(served))
-    return out + b"".join(struct.pack("<Q", d) + wstr(n) for d, n in served)
+def hello(served, level=3, max_payload=1 << 20, max_buffer=1 << 30, pool=1 << 32, served_count=None,
+          st=None):
+    """st: the status block after the served list (default: ok)."""
+    n = len(served) if served_count is None else served_count
+    out = struct.pack("<iIQQI", level, max_payload, max_buffer, pool, n)
+    out += b"".join(struct.pack("<Q", d) + wstr(name) for d, name in served)
+    return out + (status(OK, 0, 0, b"") if st is None else st)
 
 
 def remote_config(block_dim=0, threads=3, knobs=(0, 0, 0, 0), prefix=b"", env=(0,) * 12, timeout=0):
@@ -238,7 +242,7 @@ def remote_frame():
     w("client_session", frames(s, wk, 0, [
         (AUTH_BEGIN, auth_begin(range(32), 250, 2000)),
         (AUTH_PROOF, bytes(range(0x40, 0x60))),
-        (CONTROL, control(ALLOC, 4096)),
+        (CONTROL, control(ALLOC, 4096, 1)),
         (CONTROL, control(COPY_TO, 1, 64, 16, bytes(range(16)))),
         (TASK, task(0xC0FFEE, remote_config(), [remote_tensor(1, 64, [4], INT32)], [7])),
         (CONTROL, control(COPY_FROM, 1, 0, 32)),
@@ -275,7 +279,19 @@ def remote_frame():
     w("length_over_limit", header(CONTROL, s, wk, 0, (1 << 16) + 1) + control(PING))
     w("payload_cut_short", header(HELLO, s, wk, 0, 100) + hello([])[:10])
     w("copy_to_short", frames(s, wk, 0, [(CONTROL, control(COPY_TO, 1, 0, 8, bytes(4)))]))
-    w("hello_count_unfit", frames(s, wk, 0, [(HELLO, hello([])[:-4] + struct.pack("<I", 1000))]))
+    w("hello_count_unfit", frames(s, wk, 0, [(HELLO, hello([], served_count=1000))]))
+    w("hello_failed", frames(s, wk, 1, [
+        (AUTH_CHALLENGE, bytes(range(0x80, 0xC0))),
+        (HELLO, hello([], st=status(FAILED, KIND_REMOTE, 0,
+                                    b"setup or init() of the inner Worker failed: no chip 3"))),
+    ]))
+    w("hello_ok_with_error", frames(s, wk, 0, [(HELLO, hello([(5, b"x")],
+                                                           st=status(OK, KIND_DEVICE, 0, b"")))]))
+    w("alloc_ids", frames(s, wk, 3, [
+        (CONTROL, control(ALLOC, 64, (1 << 24) - 1)),
+        (CONTROL, control(ALLOC, 64, 0)),
+    ]))
+    w("alloc_id_past_24_bits", frames(s, wk, 0, [(CONTROL, control(ALLOC, 64, 1 << 24))]))
     w("completion_long_message", frames(s, wk, 0, [(COMPLETION, completion(
         1, FAILED, KIND_REMOTE, 5, b"m" * 16384))]))
 

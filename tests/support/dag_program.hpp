@@ -9,8 +9,13 @@
 // ordering error changes the result.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <random>
+#include <span>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <simpler/simpler.hpp>
@@ -99,65 +104,131 @@ inline DagProgram random_program(std::uint32_t seed, std::uint32_t tasks, std::u
   return p;
 }
 
-/// Memory for one execution of a program: value slices in one array (or heap tensors), the
-/// accumulators and the constant. All in shared memory, so forked sub workers can run it too.
-struct DagState {
-  SharedArena& arena;
-  std::span<std::int64_t> slices;  // values * kValueElems
-  std::span<std::int64_t> accums;
-  std::vector<ContinuousTensor> value_tensor;  // where each value lives
-  std::int64_t& constant;
+/// Where the words of one execution live: host memory the tasks address directly (a SharedArena,
+/// mapped before the Worker forked, for local workers and the oracle), or a remote worker's
+/// buffer, with `words` as its host mirror: the runner copies the mirror there before the run and
+/// reads the result back after it.
+class DagMemory {
+ public:
+  explicit DagMemory(std::span<std::int64_t> host) : words_(host) {}
+  DagMemory(RemoteBuffer remote, std::span<std::int64_t> mirror)
+      : words_(mirror), remote_(std::move(remote)) {}
 
-  /// Takes its memory from `a`, which must have been mapped before the Worker forked.
-  DagState(const DagProgram& p, SharedArena& a)
-      : arena((a.reset(), a)),
-        slices(arena.make<std::int64_t>(static_cast<std::size_t>(p.values) * kValueElems + 1, -1)),
-        accums(arena.make<std::int64_t>(p.accums + 1, 7)),
-        value_tensor(p.values),
-        constant(arena.one<std::int64_t>(12345)) {
+  [[nodiscard]] std::span<std::int64_t> words() const noexcept { return words_; }
+  [[nodiscard]] bool remote() const noexcept { return !remote_.empty(); }
+  [[nodiscard]] const RemoteBuffer& buffer() const noexcept { return remote_; }
+  /// `count` int64 words from word `first`.
+  [[nodiscard]] ContinuousTensor tensor(std::size_t first, std::uint32_t count) const {
+    if (remote()) return remote_.tensor_of<std::int64_t>(first, count);
+    return make_tensor(words_.data() + first, {count}, DataType::Int64);
+  }
+
+ private:
+  std::span<std::int64_t> words_;
+  RemoteBuffer remote_;
+};
+
+/// The words of one execution of a program, laid out in a DagMemory: value slices in one array
+/// (or heap tensors), the accumulators, the constant, and where the final snapshot goes.
+struct DagState {
+  static constexpr std::size_t kAlign = 8;  // words: regions start 64 bytes apart
+
+  DagMemory memory;
+  std::size_t slices_at = 0;  // values * kValueElems (+1 guard), -1 each
+  std::size_t accums_at;      // accums (+1 guard), 7 each
+  std::size_t constant_at;    // 12345
+  std::size_t result_at;      // values * kValueElems + accums, -2 each
+  std::size_t result_words;
+  std::vector<ContinuousTensor> value_tensor;  // where each value lives
+
+  static constexpr std::size_t round_up(std::size_t n) {
+    return (n + kAlign - 1) / kAlign * kAlign;
+  }
+  /// The words a program's execution takes.
+  static std::size_t words_needed(const DagProgram& p) {
+    return DagState(p).result_at + static_cast<std::size_t>(p.values) * kValueElems + p.accums;
+  }
+
+  /// Lays the program out in `m` (at least words_needed(p) words) and initialises the words (the
+  /// mirror, for a remote buffer).
+  DagState(const DagProgram& p, DagMemory m) : DagState(p) {
+    memory = std::move(m);
+    if (memory.words().size() < result_at + result_words) {
+      throw std::runtime_error("DagState: the memory is too small for the program");
+    }
+    auto fill = [&](std::size_t at, std::size_t n, std::int64_t v) {
+      std::fill_n(memory.words().begin() + static_cast<std::ptrdiff_t>(at), n, v);
+    };
+    fill(slices_at, accums_at - slices_at, -1);
+    fill(accums_at, constant_at - accums_at, 7);
+    fill(constant_at, result_at - constant_at, 12345);
+    fill(result_at, result_words, -2);
     for (std::uint32_t v = 0; v < p.values; ++v) value_tensor[v] = slice(v, 1);
   }
-  ContinuousTensor slice(std::int64_t first, std::uint32_t count) {
-    return make_tensor(slices.data() + first * kValueElems, {count * kValueElems}, DataType::Int64);
+  /// In host memory from `a`, which must have been mapped before the Worker forked.
+  DagState(const DagProgram& p, SharedArena& a)
+      : DagState(p, DagMemory((a.reset(), a.make<std::int64_t>(words_needed(p), 0)))) {}
+
+  ContinuousTensor slice(std::int64_t first, std::uint32_t count) const {
+    return memory.tensor(slices_at + static_cast<std::size_t>(first) * kValueElems,
+                         count * kValueElems);
+  }
+  ContinuousTensor accum(std::int64_t i) const {
+    return memory.tensor(accums_at + static_cast<std::size_t>(i), 1);
+  }
+  ContinuousTensor constant() const { return memory.tensor(constant_at, 1); }
+  ContinuousTensor result() const {
+    return memory.tensor(result_at, static_cast<std::uint32_t>(result_words));
   }
   /// A read of `span` values from `first`: one tensor when they are adjacent slices.
-  ContinuousTensor read_tensor(std::int64_t first, std::uint32_t span) {
+  ContinuousTensor read_tensor(std::int64_t first, std::uint32_t span) const {
     return span == 1 ? value_tensor[static_cast<std::size_t>(first)] : slice(first, span);
   }
-  /// The final content of every value, wherever it lived.
+  /// The final content of every value, wherever it lived (host memory only: the oracle's).
   std::vector<std::int64_t> snapshot() const {
     std::vector<std::int64_t> out;
     for (const ContinuousTensor& t : value_tensor) {
       const auto* p = t.as<const std::int64_t>();
       out.insert(out.end(), p, p + kValueElems);
     }
-    out.insert(out.end(), accums.begin(), accums.end() - 1);
+    const auto a = memory.words().subspan(accums_at, accums_);
+    out.insert(out.end(), a.begin(), a.end());
     return out;
   }
+
+ private:
+  /// The layout alone (no memory yet).
+  explicit DagState(const DagProgram& p)
+      : memory(std::span<std::int64_t>{}),
+        accums_at(round_up(static_cast<std::size_t>(p.values) * kValueElems + 1)),
+        constant_at(accums_at + round_up(p.accums + 1)),
+        result_at(constant_at + kAlign),
+        result_words(static_cast<std::size_t>(p.values) * kValueElems + p.accums),
+        value_tensor(p.values),
+        accums_(p.accums) {}
+  std::size_t accums_;
 };
 
-/// Builds the args of op `i`. With `for_engine`, auto-allocated writes are Output with data 0.
+/// Builds the args of op `i`. With `for_engine`, auto-allocated writes are Output with data 0,
+/// except in a remote buffer: a remote worker cannot allocate at submit, so there they stay
+/// OutputExisting into their slice (the dependencies are the same: a fresh range written once).
 inline TaskArgs dag_args(const DagProgram& p, DagState& st, std::size_t i, bool for_engine) {
   const DagOp& op = p.ops[i];
   TaskArgs a;
   if (op.write >= 0) {
     ContinuousTensor t = st.value_tensor[static_cast<std::size_t>(op.write)];
-    if (for_engine && op.write_auto) {
+    if (for_engine && op.write_auto && !st.memory.remote()) {
       t.data = 0;
       a.add_tensor(t, TensorArgType::Output);
     } else {
       a.add_tensor(t, TensorArgType::OutputExisting);
     }
   }
-  if (op.accum >= 0) {
-    a.add_tensor(make_tensor(&st.accums[static_cast<std::size_t>(op.accum)], {1}, DataType::Int64),
-                 TensorArgType::InOut);
-  }
+  if (op.accum >= 0) a.add_tensor(st.accum(op.accum), TensorArgType::InOut);
   for (std::size_t r = 0; r < op.reads.size(); ++r) {
     a.add_tensor(st.read_tensor(op.reads[r], op.spans[r]), TensorArgType::Input);
   }
-  if (op.read_const)
-    a.add_tensor(make_tensor(&st.constant, {1}, DataType::Int64), TensorArgType::NoDep);
+  if (op.read_const) a.add_tensor(st.constant(), TensorArgType::NoDep);
   a.add_scalar(i)
       .add_scalar(op.write >= 0 ? 1 : 0)
       .add_scalar(op.accum >= 0 ? 1 : 0)
@@ -188,6 +259,49 @@ inline void dag_snapshot_kernel(TaskArgsView v) {
   }
 }
 
+/// The two callables of a program, however the workers that run it know them.
+enum class DagCallable { Kernel, Snapshot };
+
+/// Runs `p` through `w` in the words of `st` and returns the final state, read by a last task
+/// inside the run. `target` says how: target.submit(o, DagCallable, TaskArgs) submits one task
+/// (dag_kernel or dag_snapshot_kernel), target.upload(st) puts the initial words where the tasks
+/// see them before the run, and target.download(st, first, out) reads words back after it (both
+/// do nothing for host memory).
+template <class W, class Target>
+std::vector<std::int64_t> run_dag(W& w, Target& target, const DagProgram& p, DagState& st) {
+  target.upload(st);
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
+    for (std::size_t i = 0; i < p.ops.size(); ++i) {
+      SubmitResult r = target.submit(o, DagCallable::Kernel, dag_args(p, st, i, true));
+      const DagOp& op = p.ops[i];
+      if (op.write >= 0 && op.write_auto && !st.memory.remote())
+        st.value_tensor[static_cast<std::size_t>(op.write)] = r.output(0);
+    }
+    TaskArgs a;
+    a.add_tensor(st.result(), TensorArgType::OutputExisting);
+    for (const ContinuousTensor& t : st.value_tensor) a.add_tensor(t, TensorArgType::Input);
+    for (std::uint32_t i = 0; i < p.accums; ++i) a.add_tensor(st.accum(i), TensorArgType::Input);
+    target.submit(o, DagCallable::Snapshot, std::move(a));
+  });
+  std::vector<std::int64_t> out(st.result_words);
+  target.download(st, st.result_at, std::span<std::int64_t>(out));
+  return out;
+}
+
+/// A program's callables as sub callables of a Worker, in host memory.
+struct SubTarget {
+  CallableHandle kernel;
+  CallableHandle snap;
+  SubmitResult submit(OrchestratorBase& o, DagCallable c, TaskArgs a) const {
+    return o.submit_sub(c == DagCallable::Kernel ? kernel : snap, std::move(a));
+  }
+  void upload(const DagState&) const {}
+  void download(const DagState& st, std::size_t first, std::span<std::int64_t> out) const {
+    const auto w = st.memory.words().subspan(first, out.size());
+    std::copy(w.begin(), w.end(), out.begin());
+  }
+};
+
 /// Runs `p` through `w` (with `kernel` = dag_kernel and `snap` = dag_snapshot_kernel registered
 /// as sub callables) and returns the final state, read by a last task inside the run.
 /// `arena` must have been mapped before w.init() when w's sub workers are forked processes.
@@ -195,26 +309,8 @@ template <class W>
 std::vector<std::int64_t> run_engine(W& w, const CallableHandle& kernel, const CallableHandle& snap,
                                      const DagProgram& p, SharedArena& arena) {
   DagState st(p, arena);
-  const std::size_t n = static_cast<std::size_t>(p.values) * kValueElems + p.accums;
-  std::span<std::int64_t> result = st.arena.make<std::int64_t>(n, -2);
-  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
-    for (std::size_t i = 0; i < p.ops.size(); ++i) {
-      SubmitResult r = o.submit_sub(kernel, dag_args(p, st, i, true));
-      const DagOp& op = p.ops[i];
-      if (op.write >= 0 && op.write_auto)
-        st.value_tensor[static_cast<std::size_t>(op.write)] = r.output(0);
-    }
-    TaskArgs a;
-    a.add_tensor(
-        make_tensor(result.data(), {static_cast<std::uint32_t>(result.size())}, DataType::Int64),
-        TensorArgType::OutputExisting);
-    for (const ContinuousTensor& t : st.value_tensor) a.add_tensor(t, TensorArgType::Input);
-    for (std::uint32_t i = 0; i < p.accums; ++i) {
-      a.add_tensor(make_tensor(&st.accums[i], {1}, DataType::Int64), TensorArgType::Input);
-    }
-    o.submit_sub(snap, std::move(a));
-  });
-  return {result.begin(), result.end()};
+  SubTarget target{kernel, snap};
+  return run_dag(w, target, p, st);
 }
 
 }  // namespace simpler::testing

@@ -141,8 +141,7 @@ class Reader {
   std::uint64_t get(std::size_t n, const char* field) {
     need(n, field);
     std::uint64_t v = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      v |= static_cast<std::uint64_t>(in_[pos_ + i]) << (8 * i);
+    for (std::size_t i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(in_[pos_ + i]) << (8 * i);
     pos_ += n;
     return v;
   }
@@ -152,11 +151,11 @@ class Reader {
 };
 
 // ---- Bounds of one frame's content (version 1).
-inline constexpr std::size_t kMaxName = 1024;       ///< callable names
-inline constexpr std::size_t kMaxMessage = 16384;   ///< error text
-inline constexpr std::size_t kMaxServed = 65536;    ///< callables in a HELLO
-inline constexpr std::size_t kMaxTensors = 4096;    ///< per TASK
-inline constexpr std::size_t kMaxScalars = 4096;    ///< per TASK
+inline constexpr std::size_t kMaxName = 1024;      ///< callable names
+inline constexpr std::size_t kMaxMessage = 16384;  ///< error text
+inline constexpr std::size_t kMaxServed = 65536;   ///< callables in a HELLO
+inline constexpr std::size_t kMaxTensors = 4096;   ///< per TASK
+inline constexpr std::size_t kMaxScalars = 4096;   ///< per TASK
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kProofBytes = 32;  ///< HMAC-SHA256
 
@@ -262,13 +261,16 @@ AuthProof decode_auth_proof(std::span<const std::byte> p);
 Hello decode_hello(std::span<const std::byte> p);
 Task decode_task(std::span<const std::byte> p);
 Completion decode_completion(std::span<const std::byte> p);
-/// Decodes a CONTROL head; for CopyTo `p` may hold more (the bytes), which the caller takes.
-/// With `exact`, trailing bytes are an error (every op but CopyTo).
+/// Decodes a whole CONTROL payload: its head, checked against the rest of `p`. A CopyTo's n
+/// bytes follow the head (the caller takes them from kControlHeadBytes on); after any other
+/// op's head nothing may follow.
 Control decode_control(std::span<const std::byte> p);
 /// The same from the first bytes (at least kControlHeadBytes) of a payload of `payload_length`
 /// bytes: a CopyTo's data need not be there yet.
 Control decode_control_head(std::span<const std::byte> prefix, std::uint64_t payload_length);
-/// Decodes a CONTROL_REPLY's head; returns the bytes after it (CopyFrom data, else empty).
+/// Decodes a whole CONTROL_REPLY payload and returns its head; sets `head_bytes` to the head's
+/// length. An ok CopyFrom's data are the rest of `p` (exactly r0 bytes); after any other reply's
+/// head nothing may follow.
 ControlReply decode_control_reply(std::span<const std::byte> p, std::size_t& head_bytes);
 /// The same from the first bytes of a payload of `payload_length` bytes (at least the head; a
 /// CopyFrom's data need not be there): checks that the rest is exactly the data it announces.
@@ -286,11 +288,15 @@ void decode_payload(FrameType t, std::span<const std::byte> p);
 inline constexpr unsigned kAddressShift = 40;
 inline constexpr std::uint64_t kOffsetMask = (std::uint64_t{1} << kAddressShift) - 1;
 inline constexpr std::uint64_t kMaxBufferId = (std::uint64_t{1} << (64 - kAddressShift)) - 1;
-constexpr std::uint64_t buffer_address(std::uint64_t id) noexcept { return id << kAddressShift; }
+constexpr std::uint64_t buffer_address(std::uint64_t id) noexcept {
+  return id << kAddressShift;
+}
 constexpr std::uint64_t buffer_of(std::uint64_t address) noexcept {
   return address >> kAddressShift;
 }
-constexpr std::uint64_t offset_of(std::uint64_t address) noexcept { return address & kOffsetMask; }
+constexpr std::uint64_t offset_of(std::uint64_t address) noexcept {
+  return address & kOffsetMask;
+}
 
 }  // namespace wire
 }  // namespace simpler
