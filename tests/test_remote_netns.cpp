@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,6 +65,28 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0)
     throw std::runtime_error(fmt::format("cannot spawn {}: {}", argv[0], std::strerror(rc)));
+  return pid;
+}
+
+/// spawn() for a long-lived program that must die with the test even when the test is killed
+/// (PR_SET_PDEATHSIG survives the execs of `ip netns exec`, `unshare` and `sh -c 'exec ...'`).
+/// Forks: call it while this process has no threads of its own.
+pid_t spawn_tied(const std::vector<std::string>& argv, const std::string& log) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(126);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
   return pid;
 }
 
@@ -144,7 +167,8 @@ class NetnsRemote {
     must({"ip", "netns", "exec", ns_, "ip", "link", "set", "lo", "up"});
   }
 
-  /// Starts remote_l3 in the namespace (private /dev/shm) and waits for its port.
+  /// Starts remote_l3 in the namespace (private /dev/shm) and waits for its port. Before this
+  /// process starts threads (it forks).
   void start_server(const std::string& token) {
     const std::string token_file = dir_ + "/token";
     std::ofstream(token_file) << token << '\n';
@@ -157,7 +181,7 @@ class NetnsRemote {
     // ip netns exec and unshare exec their command, and sh execs the server: `server_` ends up
     // being the server itself.
     server_ =
-        spawn({"ip", "netns", "exec", ns_, "unshare", "-m", "sh", "-c", script}, server_log());
+        spawn_tied({"ip", "netns", "exec", ns_, "unshare", "-m", "sh", "-c", script}, server_log());
     const auto end = SteadyClock::now() + 20s;
     while (SteadyClock::now() < end) {
       std::ifstream f(port_file);
