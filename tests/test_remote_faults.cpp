@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <simpler/simpler.hpp>
@@ -175,6 +176,43 @@ void expect_endpoint_failure(ServerProcess& server, Beacon& beacon, Fault fault,
   check_close(p.w, server.endpoint());
 }
 
+/// The body of a client process: connects to `server`, holds a task there (kHoldMs).
+auto holding_client(ServerProcess& server) {
+  return [&server] {
+    Parent p(server.spec());
+    p.w.init();
+    const RemoteBuffer b = p.w.remote_alloc(p.remote, 64);
+    p.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_next_level(p.hold,
+                          TaskArgs()
+                              .add_tensor(b.tensor_of<std::int64_t>(0, 8), TensorArgType::InOut)
+                              .add_scalar(kHoldMs),
+                          {}, p.remote);
+    });
+    return 0;
+  };
+}
+
+/// Whether every process of `tree` ended and `server` has no child left.
+bool all_gone(const ServerProcess& server, const std::vector<pid_t>& tree) {
+  if (!children_of(server.pid()).empty()) return false;
+  for (pid_t pid : tree)
+    if (!process_gone(pid)) return false;
+  return true;
+}
+
+/// Whether the remote lanes of `w` still have their links (the lane thread's idle tick gives a
+/// link up when the remote is gone).
+bool remotes_alive(Worker& w) {
+  bool alive = true;
+  w.scheduler().for_each_lane([&](auto& lane) {
+    using Lane = std::remove_cvref_t<decltype(lane)>;
+    if constexpr (std::is_same_v<typename Lane::leaf_type, RemoteL3>) {
+      alive = alive && lane.endpoint().alive();
+    }
+  });
+  return alive;
+}
 }  // namespace
 
 TEST_CASE("a remote session killed mid-task fails its task as an endpoint failure",
@@ -217,13 +255,7 @@ TEST_CASE("a remote server killed mid-task fails its task as an endpoint failure
       "the server process was SIGKILLed");
   // Its session and the session's forked sub die with it (PR_SET_PDEATHSIG).
   CHECK(tree.size() >= 2);
-  CHECK(poll_until(
-      [&] {
-        for (pid_t pid : tree)
-          if (!process_gone(pid)) return false;
-        return true;
-      },
-      5s));
+  CHECK(poll_until([&] { return all_gone(server, tree); }, 5s));
 }
 
 TEST_CASE("a client killed mid-task leaves no session behind and the server serves the next",
@@ -231,40 +263,76 @@ TEST_CASE("a client killed mid-task leaves no session behind and the server serv
   Beacon beacon;
   ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
   // The client in its own process, forked before any Worker exists here.
-  ChildProcess client([&] {
-    Parent p(server.spec());
-    p.w.init();
-    const RemoteBuffer b = p.w.remote_alloc(p.remote, 64);
-    p.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-      o.submit_next_level(p.hold,
-                          TaskArgs()
-                              .add_tensor(b.tensor_of<std::int64_t>(0, 8), TensorArgType::InOut)
-                              .add_scalar(kHoldMs),
-                          {}, p.remote);
-    });
-    return 0;
-  });
+  ChildProcess client(holding_client(server));
   REQUIRE(beacon.wait());
-  const auto sessions = children_of(server.pid());
-  REQUIRE(sessions.size() == 1);
+  REQUIRE(children_of(server.pid()).size() == 1);
   const std::vector<pid_t> tree = descendants_of(server.pid());
   CHECK(tree.size() >= 2);  // the session and its forked sub
   client.stop(SIGKILL);
 
   // The session sees the connection drop, ends, and takes its children with it.
-  CHECK(poll_until(
-      [&] {
-        if (!children_of(server.pid()).empty()) return false;
-        for (pid_t pid : tree)
-          if (!process_gone(pid)) return false;
-        return true;
-      },
-      5s));
+  CHECK(poll_until([&] { return all_gone(server, tree); }, 5s));
 
   Parent fresh(server.spec());
   fresh.w.init();
   CHECK(fresh.bumped() == 42);
   CHECK(children_of(server.pid()).size() == 1);
+}
+
+TEST_CASE("a client that goes silent is dropped by its session at the heartbeat timeout",
+          "[remote][faults]") {
+  Beacon beacon;
+  ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
+  ChildProcess client(holding_client(server));
+  REQUIRE(beacon.wait());
+  const std::vector<pid_t> tree = descendants_of(server.pid());
+  CHECK(tree.size() >= 2);
+  ::kill(client.pid(), SIGSTOP);  // the connection stays open, nothing arrives on it
+  // Heartbeat timeout (2 s), then the abandoned task's drain (2 s).
+  CHECK(poll_until([&] { return all_gone(server, tree); }, 8s));
+  ::kill(client.pid(), SIGCONT);
+}
+
+TEST_CASE("a remote session that dies between runs is noticed while the parent is idle",
+          "[remote][faults]") {
+  Beacon beacon;
+  ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
+  Parent p(server.spec());
+  p.w.init();
+  CHECK(p.bumped() == 42);
+  const RemoteBuffer b = p.w.remote_alloc(p.remote, sizeof(std::int64_t));
+  const auto sessions = children_of(server.pid());
+  REQUIRE(sessions.size() == 1);
+  ::kill(sessions[0], SIGKILL);
+  // No task is running: the heartbeat exchange of the idle lane finds the link gone.
+  REQUIRE(poll_until([&] { return !remotes_alive(p.w); }, 5s));
+
+  SECTION("copies and the next task fail naming the remote") {
+    std::int64_t v = 1;
+    CHECK_THROWS_MATCHES(p.w.copy_to_remote(b, 0, &v, sizeof v), TransportError,
+                         WhatContains(server.endpoint()));
+    std::optional<TaskError> error;
+    try {
+      p.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+        o.submit_next_level(p.bump,
+                            TaskArgs()
+                                .add_tensor(b.tensor_of<std::int64_t>(0, 1), TensorArgType::InOut)
+                                .add_scalar(1),
+                            {}, p.remote);
+      });
+    } catch (const TaskError& e) {
+      error = e;
+    }
+    REQUIRE(error.has_value());
+    INFO(error->what());
+    CHECK(error->outcome() == Outcome::EndpointFailure);
+    CHECK(error->callable() == "bump");
+    CHECK_THAT(std::string(error->what()), Contains(server.endpoint()));
+    check_close(p.w, server.endpoint());
+  }
+  SECTION("close() reports it") {
+    CHECK_THROWS_MATCHES(p.w.close(), TransportError, WhatContains(server.endpoint()));
+  }
 }
 
 TEST_CASE("a remote task past its deadline fails and ends its session", "[remote][faults]") {
