@@ -65,6 +65,12 @@ function(simpler_target_options target)
     endif()
     target_compile_options(${target} PRIVATE ${_flags})
     target_link_options(${target} PRIVATE ${_flags})
+    # GCC warns (-Wtsan) wherever std::atomic_thread_fence is inlined, which TSan cannot model;
+    # Boost.Asio's handler completion uses one (the remote headers), so -Werror would stop every
+    # TSan build that includes them. At worst TSan reports a race the fence orders, inside Asio.
+    if("thread" IN_LIST SIMPLER_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      target_compile_options(${target} PRIVATE -Wno-tsan)
+    endif()
   endif()
 
   # Coverage feedback for libFuzzer from every target the fuzzers run (the library, the device

@@ -291,6 +291,13 @@ class RemoteServer {
   }
   /// Makes serve() return (from any thread).
   void stop() { io_.stop(); }
+  /// Makes serve() return on SIGTERM or SIGINT, for server programs: the signals are taken by
+  /// this server's io_context, so no handler runs in signal context. Call before serve(). A
+  /// session process has them back at their default action (its copy of the set is cleared).
+  void stop_on_signals() {
+    signals_.add(SIGTERM);
+    signals_.add(SIGINT);
+  }
 
  private:
   using tcp = detail::tcp;
@@ -319,8 +326,13 @@ class RemoteServer {
   }
 
   void watch_children() {
-    signals_.async_wait([this](const boost::system::error_code& ec, int) {
+    signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
       if (ec) return;
+      if (sig == SIGTERM || sig == SIGINT) {  // only there after stop_on_signals()
+        log("stopping on signal {}", sig);
+        io_.stop();
+        return;
+      }
       reap(false);
       watch_children();
     });
