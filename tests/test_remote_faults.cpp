@@ -596,7 +596,7 @@ TEST_CASE("a server at its session limit refuses the next client and keeps servi
   CHECK(first.bumped() == 42);
   {
     Parent second(server.spec());
-    CHECK_THROWS_AS(second.w.init(), TransportError);
+    CHECK_THROWS_MATCHES(second.w.init(), TransportError, WhatContains(server.endpoint()));
   }
   CHECK(children_of(server.pid()).size() == 1);
   CHECK(first.bumped() == 42);
