@@ -40,7 +40,8 @@ namespace {
 // CallConfig and one tensor, a COMPLETION with an ok status.
 std::size_t task_frame_bytes() {
   std::vector<std::byte> out;
-  ContinuousTensor t = make_tensor(reinterpret_cast<void*>(std::uintptr_t{1}), {1}, DataType::Int64);
+  ContinuousTensor t =
+      make_tensor(reinterpret_cast<void*>(std::uintptr_t{1}), {1}, DataType::Int64);
   t.child_memory = 1;
   TaskArgsView v;
   v.tensor_count = 1;
@@ -216,7 +217,8 @@ int run(int argc, char** argv) {
   WorkerOptions wo;
   wo.level = 4;
   Worker w(wo);
-  const auto empty = w.register_orch("empty", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
+  const auto empty =
+      w.register_orch("empty", [](Orchestrator&, TaskArgsView, const CallConfig&) {});
   RemoteWorkerSpec spec;
   spec.endpoint = fmt::format("127.0.0.1:{}", server.port);
   const WorkerId remote = w.add_remote_worker(spec);
@@ -226,27 +228,29 @@ int run(int argc, char** argv) {
   // ---- rt: chained remote tasks vs raw ping-pong of the same sizes.
   const std::size_t req = task_frame_bytes();
   const std::size_t resp = completion_frame_bytes();
-  rep.section(fmt::format("rt: one task round trip ({} chained hops; frames {} B / {} B)",
-                          sz.chain, req, resp));
+  rep.section(fmt::format("rt: one task round trip ({} chained hops; frames {} B / {} B)", sz.chain,
+                          req, resp));
   const int pp = raw.connect();
   send_mode(pp, 'P', req, resp);
   std::vector<char> rq(req), rs(resp);
   std::vector<sb::Contender> rt;
-  rt.push_back({"remote_task", [&] {
-                  return sb::time_ns([&] {
-                    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-                      for (std::uint32_t i = 0; i < sz.chain; ++i) {
-                        o.submit_next_level(
-                            empty,
-                            TaskArgs().add_tensor(cell.tensor_of<std::int64_t>(0, 1),
-                                                  TensorArgType::InOut),
-                            {}, remote);
-                      }
-                    });
-                  });
-                },
-                static_cast<double>(sz.chain)});
-  rt.push_back({"raw_tcp_pingpong", [&] {
+  rt.push_back(
+      {"remote_task",
+       [&] {
+         return sb::time_ns([&] {
+           w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+             for (std::uint32_t i = 0; i < sz.chain; ++i) {
+               o.submit_next_level(
+                   empty,
+                   TaskArgs().add_tensor(cell.tensor_of<std::int64_t>(0, 1), TensorArgType::InOut),
+                   {}, remote);
+             }
+           });
+         });
+       },
+       static_cast<double>(sz.chain)});
+  rt.push_back({"raw_tcp_pingpong",
+                [&] {
                   return sb::time_ns([&] {
                     for (std::uint32_t i = 0; i < sz.chain; ++i) {
                       if (!write_all(pp, rq.data(), req) || !read_all(pp, rs.data(), resp)) {
@@ -273,7 +277,8 @@ int run(int argc, char** argv) {
   local.add_worker(Worker(inner));
   local.init();
   std::vector<sb::Contender> pipe;
-  pipe.push_back({"remote_pipelined", [&] {
+  pipe.push_back({"remote_pipelined",
+                  [&] {
                     return sb::time_ns([&] {
                       w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
                         for (std::uint32_t i = 0; i < sz.tasks; ++i)
@@ -282,7 +287,8 @@ int run(int argc, char** argv) {
                     });
                   },
                   static_cast<double>(sz.tasks)});
-  pipe.push_back({"local_nested_l3", [&] {
+  pipe.push_back({"local_nested_l3",
+                  [&] {
                     return sb::time_ns([&] {
                       local.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
                         for (std::uint32_t i = 0; i < sz.tasks; ++i)
@@ -307,8 +313,9 @@ int run(int argc, char** argv) {
   const int st = raw.connect();
   char ack = 0;
   std::vector<sb::Contender> to;
-  to.push_back({"copy_to_remote",
-                [&] { return sb::time_ns([&] { w.copy_to_remote(big, 0, src.data(), src.size()); }); }});
+  to.push_back({"copy_to_remote", [&] {
+                  return sb::time_ns([&] { w.copy_to_remote(big, 0, src.data(), src.size()); });
+                }});
   to.push_back({"raw_tcp_send", [&] {
                   return sb::time_ns([&] {
                     send_mode(st, 'S', src.size(), 0);
@@ -320,8 +327,7 @@ int run(int argc, char** argv) {
   rep.ratio("copy_to", "raw_tcp_send", "copy_to_remote");
   std::vector<sb::Contender> from;
   from.push_back({"copy_from_remote", [&] {
-                    return sb::time_ns(
-                        [&] { w.copy_from_remote(big, 0, dst.data(), dst.size()); });
+                    return sb::time_ns([&] { w.copy_from_remote(big, 0, dst.data(), dst.size()); });
                   }});
   from.push_back({"raw_tcp_recv", [&] {
                     return sb::time_ns([&] {
@@ -336,11 +342,13 @@ int run(int argc, char** argv) {
   if (std::memcmp(src.data(), dst.data(), src.size()) != 0) sb::fail("copy round trip differs");
   for (const char* s : {"copy_to_remote", "raw_tcp_send"}) {
     if (const auto* r = rep.find("copy_to", s))
-      rep.note(fmt::format("{}: {:.2f} GB/s", s, static_cast<double>(sz.copy_bytes) / r->stats.median));
+      rep.note(
+          fmt::format("{}: {:.2f} GB/s", s, static_cast<double>(sz.copy_bytes) / r->stats.median));
   }
   for (const char* s : {"copy_from_remote", "raw_tcp_recv"}) {
     if (const auto* r = rep.find("copy_from", s))
-      rep.note(fmt::format("{}: {:.2f} GB/s", s, static_cast<double>(sz.copy_bytes) / r->stats.median));
+      rep.note(
+          fmt::format("{}: {:.2f} GB/s", s, static_cast<double>(sz.copy_bytes) / r->stats.median));
   }
   w.remote_free(big);
   w.close();

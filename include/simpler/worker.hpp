@@ -37,9 +37,9 @@
 #include "simpler/leaf/sub_worker.hpp"
 #include "simpler/options.hpp"
 #include "simpler/orchestrator.hpp"
+#include "simpler/remote/remote.hpp"
 #include "simpler/scheduler.hpp"
 #include "simpler/task_args.hpp"
-#include "simpler/remote/remote.hpp"
 #include "simpler/transport/fork_shm_transport.hpp"
 #include "simpler/transport/socket_transport.hpp"
 #include "simpler/transport/thread_transport.hpp"
@@ -468,8 +468,8 @@ class BasicWorker {
           api));
     }
   }
-  static void check_range(const char* api, const RemoteBuffer& b, std::size_t offset,
-                          std::size_t n, const void* p) {
+  static void check_range(const char* api, const RemoteBuffer& b, std::size_t offset, std::size_t n,
+                          const void* p) {
     if (b.empty()) throw UsageError(fmt::format("Worker::{}: an empty RemoteBuffer", api));
     if (offset > b.size() || n > b.size() - offset) {
       throw UsageError(fmt::format(
@@ -494,10 +494,10 @@ class BasicWorker {
       }
     });
     if (!found) {
-      throw UsageError(fmt::format(
-          "Worker::{}: next-level worker {} is not a remote worker (add one with "
-          "add_remote_worker)",
-          api, id));
+      throw UsageError(
+          fmt::format("Worker::{}: next-level worker {} is not a remote worker (add one with "
+                      "add_remote_worker)",
+                      api, id));
     }
   }
   template <class F>

@@ -134,8 +134,8 @@ class WorkerThread : public detail::LaneCore {
   void pipelined_loop() noexcept {
     std::uint32_t taken = 0;  // outcomes published
     std::uint32_t sent = 0;   // ring entries handed to the endpoint (or settled without it)
-    const std::uint32_t window = std::max<std::uint32_t>(
-        1, std::min<std::uint32_t>(endpoint_.window(), kDepth));
+    const std::uint32_t window =
+        std::max<std::uint32_t>(1, std::min<std::uint32_t>(endpoint_.window(), kDepth));
     std::array<bool, kDepth> in_flight{};
     std::array<LeafRequest, kDepth> requests{};
     for (;;) {

@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <dirent.h>
 #include <unistd.h>
 
 #include <chrono>

@@ -214,9 +214,9 @@ inline void OrchestratorBase::check_targets(Role role, const detail::CallableReg
 }
 
 inline void OrchestratorBase::check_restricted(const detail::CallableRegistry::Entry& entry,
-                                                std::span<const TaskArgs> members,
-                                                std::span<const WorkerId> targets,
-                                                const char* api) const {
+                                               std::span<const TaskArgs> members,
+                                               std::span<const WorkerId> targets,
+                                               const char* api) const {
   const std::uint8_t bit = kind_bit(entry.kind);
   const auto lane_text = [](const detail::LaneCore& l) {
     const std::string where = l.restrictions->where();
@@ -227,7 +227,8 @@ inline void OrchestratorBase::check_restricted(const detail::CallableRegistry::E
   const auto check = [&](const detail::LaneCore& l, const TaskArgs& a, bool chosen) {
     const detail::LaneRestrictions* r = l.restrictions;
     if (r == nullptr || (l.runs & bit) == 0) return;
-    const char* hint = chosen ? "" : "; the task names no worker and may go there: direct it (worker=)";
+    const char* hint =
+        chosen ? "" : "; the task names no worker and may go there: direct it (worker=)";
     if (!r->serves(entry.digest)) {
       throw UsageError(fmt::format(
           "Orchestrator::{}: {} does not serve '{}' (it serves {}); register it there with "
@@ -331,7 +332,8 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
                     api, entry.name));
   }
   check_targets(role, entry, members.size(), targets, api);
-  if (role == Role::NextLevel && core_.restricted_lanes) check_restricted(entry, members, targets, api);
+  if (role == Role::NextLevel && core_.restricted_lanes)
+    check_restricted(entry, members, targets, api);
   const bool custom_config = &config != &default_call_config();
   if (custom_config) config.validate();
 

@@ -60,8 +60,8 @@ inline tcp::endpoint parse_endpoint(std::string_view text, const char* what) {
   unsigned long port = 0;
   for (char c : port_text) {
     if (c < '0' || c > '9' || port > 65535) {
-      throw UsageError(fmt::format("{}: port '{}' in '{}' is not a number in 0..65535", what,
-                                   port_text, text));
+      throw UsageError(
+          fmt::format("{}: port '{}' in '{}' is not a number in 0..65535", what, port_text, text));
     }
     port = port * 10 + static_cast<unsigned long>(c - '0');
   }
@@ -88,8 +88,8 @@ inline void validate(const RemoteWorkerSpec& s) {
   static_cast<void>(parse_endpoint(s.endpoint, "RemoteWorkerSpec::endpoint"));
   auto positive = [](std::chrono::milliseconds v, const char* field) {
     if (v.count() <= 0) {
-      throw UsageError(fmt::format("RemoteWorkerSpec::{} is {} ms; it must be > 0", field,
-                                   v.count()));
+      throw UsageError(
+          fmt::format("RemoteWorkerSpec::{} is {} ms; it must be > 0", field, v.count()));
     }
   };
   positive(s.connect_timeout, "connect_timeout");
@@ -106,8 +106,8 @@ inline void validate(const RemoteWorkerSpec& s) {
     throw UsageError(fmt::format("RemoteWorkerSpec::window is {}; it must be 1..8", s.window));
   }
   if (s.max_payload < 65536) {
-    throw UsageError(fmt::format("RemoteWorkerSpec::max_payload is {}; it must be >= 65536",
-                                 s.max_payload));
+    throw UsageError(
+        fmt::format("RemoteWorkerSpec::max_payload is {}; it must be >= 65536", s.max_payload));
   }
 }
 
@@ -193,8 +193,8 @@ class RemoteLink {
       expect_type(f, wire::FrameType::Hello, "attach");
       wire::Hello hello = wire::decode_hello(f.payload);
       if (hello.status != wire::Status::Ok) {
-        throw RemoteError(fmt::format("remote worker {}: its session could not start: {}",
-                                      where_, hello.message));
+        throw RemoteError(fmt::format("remote worker {}: its session could not start: {}", where_,
+                                      hello.message));
       }
       info_.level = hello.level;
       info_.max_payload = hello.max_payload;
@@ -284,21 +284,20 @@ class RemoteLink {
         }
         check_heard(now);
         heartbeat_if_due(now);
-        const auto until = std::min({task.deadline, last_rx_ + spec_.heartbeat_timeout,
-                                     last_tx_ + spec_.heartbeat_period});
+        const auto until = std::min(
+            {task.deadline, last_rx_ + spec_.heartbeat_timeout, last_tx_ + spec_.heartbeat_period});
         Frame f;
         if (!try_next_frame(until, f)) continue;
         if (f.h.type == wire::FrameType::Heartbeat) continue;
         expect_type(f, wire::FrameType::Completion, "a task");
         const auto c = wire::decode_completion(f.payload);
         if (c.answers != task.sequence) {
-          throw ProtocolError(fmt::format(
-              "COMPLETION answers sequence {}, the oldest TASK in flight is {}", c.answers,
-              task.sequence));
+          throw ProtocolError(
+              fmt::format("COMPLETION answers sequence {}, the oldest TASK in flight is {}",
+                          c.answers, task.sequence));
         }
         if (c.status == wire::Status::Ok) return Outcome::Success;
-        fault.set(c.kind, c.code,
-                  fmt::format("on remote worker {}: {}", where_, c.message));
+        fault.set(c.kind, c.code, fmt::format("on remote worker {}: {}", where_, c.message));
         return Outcome::TaskFailure;
       }
     } catch (...) {
@@ -325,8 +324,8 @@ class RemoteLink {
       Frame f;
       while (try_next_frame(SteadyClock::now() + spec_.heartbeat_timeout, f, /*idle=*/true)) {
         if (f.h.type != wire::FrameType::Heartbeat) {
-          throw ProtocolError(fmt::format("unexpected {} frame while idle",
-                                          wire::to_string(f.h.type)));
+          throw ProtocolError(
+              fmt::format("unexpected {} frame while idle", wire::to_string(f.h.type)));
         }
       }
       check_heard(SteadyClock::now());
@@ -387,8 +386,9 @@ class RemoteLink {
     std::uint64_t done = 0;
     do {
       const std::uint64_t k = std::min(chunk, n - done);
-      pending.push_back(send_control(wire::Control{wire::ControlOp::CopyTo, b.id(), offset + done, k},
-                                     std::span(p + done, k)));
+      pending.push_back(
+          send_control(wire::Control{wire::ControlOp::CopyTo, b.id(), offset + done, k},
+                       std::span(p + done, k)));
       done += k;
       if (pending.size() >= kCopyWindow || done == n) {
         while (pending.size() > (done == n ? 0 : kCopyWindow / 2)) {
@@ -517,7 +517,8 @@ class RemoteLink {
     if (wbuf_.empty() && extra.empty()) return;
     boost::system::error_code ec;
     bool done = false;
-    std::array<asio::const_buffer, 2> bufs{asio::buffer(wbuf_), asio::buffer(extra.data(), extra.size())};
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(wbuf_),
+                                           asio::buffer(extra.data(), extra.size())};
     asio::async_write(sock_, bufs, [&](const boost::system::error_code& e, std::size_t) {
       ec = e;
       done = true;
@@ -551,9 +552,10 @@ class RemoteLink {
                           });
     if (!run_until(done, ec, deadline)) return false;
     if (ec == asio::error::eof) {
-      throw TransportError(fmt::format("{} closed the connection (the remote session ended: its "
-                                       "process died, or it refused a frame; see its log)",
-                                       where_));
+      throw TransportError(
+          fmt::format("{} closed the connection (the remote session ended: its "
+                      "process died, or it refused a frame; see its log)",
+                      where_));
     }
     if (ec) throw TransportError(fmt::format("reading from {} failed: {}", where_, ec.message()));
     rend_ += n;
@@ -576,8 +578,8 @@ class RemoteLink {
                                              connected_ ? spec_.max_payload : 65536});
         const std::size_t total = wire::kHeaderBytes + f.h.length;
         if (have >= total) {
-          f.payload = std::span<const std::byte>(rbuf_.data() + rpos_ + wire::kHeaderBytes,
-                                                 f.h.length);
+          f.payload =
+              std::span<const std::byte>(rbuf_.data() + rpos_ + wire::kHeaderBytes, f.h.length);
           rpos_ += total;
           ++rx_seq_;
           last_rx_ = SteadyClock::now();
@@ -600,8 +602,8 @@ class RemoteLink {
   Frame next_frame(SteadyClock::time_point deadline, const char* during) {
     Frame f;
     if (!try_next_frame(deadline, f)) {
-      throw TimeoutError(fmt::format("remote worker {}: no answer during {} within the deadline",
-                                     where_, during));
+      throw TimeoutError(
+          fmt::format("remote worker {}: no answer during {} within the deadline", where_, during));
     }
     return f;
   }
@@ -655,8 +657,8 @@ class RemoteLink {
         }
         const auto h = wire::decode_header(std::span(rbuf_.data() + rpos_, wire::kHeaderBytes));
         wire::check_header(h, wire::Expect{session_, worker_, rx_seq_ + 1, spec_.max_payload});
-        const bool streamed = h.type == wire::FrameType::ControlReply && op == wire::ControlOp::CopyFrom &&
-                              h.length > wire::kOkReplyHeadBytes;
+        const bool streamed = h.type == wire::FrameType::ControlReply &&
+                              op == wire::ControlOp::CopyFrom && h.length > wire::kOkReplyHeadBytes;
         const std::size_t need = streamed ? wire::kOkReplyHeadBytes : h.length;
         while (rend_ - rpos_ < wire::kHeaderBytes + need) {
           if (!fill(deadline, wire::kHeaderBytes + need - (rend_ - rpos_)))
@@ -677,9 +679,9 @@ class RemoteLink {
         std::size_t head = 0;
         const auto r = wire::decode_control_reply_head(std::span(payload, need), h.length, head);
         if (r.answers != seq || r.op != op) {
-          throw ProtocolError(fmt::format(
-              "CONTROL_REPLY answers {} #{}, expected {} #{}", wire::to_string(r.op), r.answers,
-              wire::to_string(op), seq));
+          throw ProtocolError(fmt::format("CONTROL_REPLY answers {} #{}, expected {} #{}",
+                                          wire::to_string(r.op), r.answers, wire::to_string(op),
+                                          seq));
         }
         rpos_ += wire::kHeaderBytes + head;
         std::uint64_t data = h.length - head;
@@ -730,8 +732,8 @@ class RemoteLink {
   }
   void check_usable() const {
     if (!connected_) {
-      throw UsageError(fmt::format("remote worker {}: not connected (call Worker::init first)",
-                                   spec_.endpoint));
+      throw UsageError(
+          fmt::format("remote worker {}: not connected (call Worker::init first)", spec_.endpoint));
     }
     if (broken_.load(std::memory_order_acquire)) throw TransportError(death_message());
   }

@@ -161,8 +161,8 @@ class RemoteServer::Session {
         if (have < wire::kHeaderBytes) break;
         const auto h = wire::decode_header(std::span(rbuf_.data() + rpos_, wire::kHeaderBytes));
         wire::check_header(h, wire::Expect{session_, worker_, rx_seq_ + 1,
-                                           options_.max_payload +
-                                               static_cast<std::uint32_t>(wire::kControlHeadBytes)});
+                                           options_.max_payload + static_cast<std::uint32_t>(
+                                                                      wire::kControlHeadBytes)});
         if (h.type == wire::FrameType::Control && h.length > kDirectRead) {
           // A large COPY_TO: its head from the buffer, its bytes straight into the pool.
           if (have < wire::kHeaderBytes + wire::kControlHeadBytes) {
@@ -211,22 +211,22 @@ class RemoteServer::Session {
       into = sink_.data();
       n = std::min<std::uint64_t>(left, sink_.size());
     }
-    detail::asio::async_read(
-        sock_, detail::asio::buffer(into, n),
-        [this, dst, left, n, seq, why = std::move(why)](const boost::system::error_code& ec,
-                                                        std::size_t) mutable {
-          if (ec) {
-            end(fmt::format("reading a COPY_TO failed: {}", ec.message()));
-            return;
-          }
-          last_rx_ = Clock::now();
-          if (left > n) {
-            direct_read(dst == nullptr ? nullptr : dst + n, left - n, seq, std::move(why));
-            return;
-          }
-          reply_copy_to(seq, why);
-          parse();
-        });
+    detail::asio::async_read(sock_, detail::asio::buffer(into, n),
+                             [this, dst, left, n, seq, why = std::move(why)](
+                                 const boost::system::error_code& ec, std::size_t) mutable {
+                               if (ec) {
+                                 end(fmt::format("reading a COPY_TO failed: {}", ec.message()));
+                                 return;
+                               }
+                               last_rx_ = Clock::now();
+                               if (left > n) {
+                                 direct_read(dst == nullptr ? nullptr : dst + n, left - n, seq,
+                                             std::move(why));
+                                 return;
+                               }
+                               reply_copy_to(seq, why);
+                               parse();
+                             });
   }
 
   void handle(const wire::FrameHeader& h, std::span<const std::byte> payload) {
@@ -275,11 +275,13 @@ class RemoteServer::Session {
         }
         break;
       case wire::ControlOp::Free:
-        if (!pool_.free(c.a)) why = fmt::format("buffer {} is not a live buffer of this session", c.a);
+        if (!pool_.free(c.a))
+          why = fmt::format("buffer {} is not a live buffer of this session", c.a);
         break;
       case wire::ControlOp::CopyTo: {
         std::byte* dst = pool_.resolve(c.a, c.b, c.n, why);
-        if (dst != nullptr && c.n != 0) std::memcpy(dst, payload.data() + wire::kControlHeadBytes, c.n);
+        if (dst != nullptr && c.n != 0)
+          std::memcpy(dst, payload.data() + wire::kControlHeadBytes, c.n);
         break;
       }
       case wire::ControlOp::CopyFrom: {
@@ -303,7 +305,8 @@ class RemoteServer::Session {
       extra = {};
       r.r0 = r.r1 = r.r2 = 0;
     }
-    queue(wire::FrameType::ControlReply, [&](auto& out) { wire::encode(r, out); }, extra);
+    queue(
+        wire::FrameType::ControlReply, [&](auto& out) { wire::encode(r, out); }, extra);
   }
   void reply_copy_to(std::uint64_t seq, const std::string& why) {
     wire::ControlReply r;
@@ -352,16 +355,15 @@ class RemoteServer::Session {
       if (!o.extra.empty()) gather_.push_back(detail::asio::buffer(o.extra.data(), o.extra.size()));
       ++frames;
     }
-    detail::asio::async_write(sock_, gather_,
-                              [this, frames](const boost::system::error_code& ec, std::size_t) {
-                                if (ec) {
-                                  end(fmt::format("writing failed: {}", ec.message()));
-                                  return;
-                                }
-                                out_.erase(out_.begin(),
-                                           out_.begin() + static_cast<std::ptrdiff_t>(frames));
-                                write_next();
-                              });
+    detail::asio::async_write(
+        sock_, gather_, [this, frames](const boost::system::error_code& ec, std::size_t) {
+          if (ec) {
+            end(fmt::format("writing failed: {}", ec.message()));
+            return;
+          }
+          out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(frames));
+          write_next();
+        });
   }
 
   void arm_heartbeat() {
@@ -420,8 +422,9 @@ class RemoteServer::Session {
         detail::asio::post(io_, [this, done] {
           if (ended_) return;
           for (const auto& c : *done) {
-            queue(wire::FrameType::Completion, [&](auto& out) { wire::encode(c, out); }, {},
-                  /*start=*/false);
+            queue(
+                wire::FrameType::Completion, [&](auto& out) { wire::encode(c, out); }, {},
+                /*start=*/false);
           }
           if (!writing_) write_next();
         });
@@ -439,18 +442,21 @@ class RemoteServer::Session {
       const auto it = served_.find(job.task.digest);
       if (it == served_.end()) {
         std::string names;
-        for (const auto& [d, s] : served_) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", s.name);
-        throw UsageError(fmt::format("this session serves no callable with digest {:#018x} (it serves {})",
-                                     job.task.digest, names.empty() ? "nothing" : names));
+        for (const auto& [d, s] : served_)
+          names += fmt::format("{}'{}'", names.empty() ? "" : ", ", s.name);
+        throw UsageError(
+            fmt::format("this session serves no callable with digest {:#018x} (it serves {})",
+                        job.task.digest, names.empty() ? "nothing" : names));
       }
       name = it->second.name;
       for (std::size_t i = 0; i < job.task.tensors.size(); ++i) {
         ContinuousTensor& t = job.task.tensors[i];
         std::string why;
-        std::byte* p = pool_.resolve(wire::buffer_of(t.data), wire::offset_of(t.data), t.nbytes(), why);
+        std::byte* p =
+            pool_.resolve(wire::buffer_of(t.data), wire::offset_of(t.data), t.nbytes(), why);
         if (p == nullptr) {
-          throw UsageError(fmt::format(
-              "tensor {} is not inside a live buffer of this session: {}", i, why));
+          throw UsageError(
+              fmt::format("tensor {} is not inside a live buffer of this session: {}", i, why));
         }
         t.data = reinterpret_cast<std::uintptr_t>(p);
         t.child_memory = 0;
@@ -467,8 +473,8 @@ class RemoteServer::Session {
       c.status = wire::Status::Failed;
       c.kind = f.kind;
       c.code = f.code;
-      c.message = fmt::format("'{}' on the remote L{} Worker (pid {}): {}", name,
-                              inner_->level(), ::getpid(), f.message);
+      c.message = fmt::format("'{}' on the remote L{} Worker (pid {}): {}", name, inner_->level(),
+                              ::getpid(), f.message);
       if (c.kind == ErrorKind::Other && c.code == 0 && c.message.empty()) c.kind = ErrorKind::Error;
     }
     return c;

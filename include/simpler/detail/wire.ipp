@@ -80,8 +80,8 @@ inline void encode_header(const FrameHeader& h, std::byte* out) noexcept {
 
 inline FrameHeader decode_header(std::span<const std::byte> b) {
   if (b.size() != kHeaderBytes) {
-    throw ProtocolError(fmt::format("frame header: {} bytes, a header is {}", b.size(),
-                                    kHeaderBytes));
+    throw ProtocolError(
+        fmt::format("frame header: {} bytes, a header is {}", b.size(), kHeaderBytes));
   }
   FrameHeader h;
   h.magic = static_cast<std::uint32_t>(detail::get_le(b.data() + 0, 4));
@@ -105,9 +105,8 @@ inline FrameHeader decode_header(std::span<const std::byte> b) {
   h.type = static_cast<FrameType>(type);
   h.flags = static_cast<std::uint8_t>(detail::get_le(b.data() + 7, 1));
   if ((h.flags & ~kKnownFlags) != 0) {
-    throw ProtocolError(
-        fmt::format("frame header: flags are {:#04x}; no flag is defined in version {}", h.flags,
-                    kVersion));
+    throw ProtocolError(fmt::format(
+        "frame header: flags are {:#04x}; no flag is defined in version {}", h.flags, kVersion));
   }
   h.session = detail::get_le(b.data() + 8, 8);
   h.worker = static_cast<std::uint32_t>(detail::get_le(b.data() + 16, 4));
@@ -116,9 +115,9 @@ inline FrameHeader decode_header(std::span<const std::byte> b) {
   h.length = static_cast<std::uint32_t>(detail::get_le(b.data() + 32, 4));
   h.reserved1 = static_cast<std::uint32_t>(detail::get_le(b.data() + 36, 4));
   if (h.reserved0 != 0 || h.reserved1 != 0) {
-    throw ProtocolError(fmt::format("frame header: reserved field at byte {} is {:#x}; it must be 0",
-                                    h.reserved0 != 0 ? 20 : 36,
-                                    h.reserved0 != 0 ? h.reserved0 : h.reserved1));
+    throw ProtocolError(
+        fmt::format("frame header: reserved field at byte {} is {:#x}; it must be 0",
+                    h.reserved0 != 0 ? 20 : 36, h.reserved0 != 0 ? h.reserved0 : h.reserved1));
   }
   return h;
 }
@@ -218,9 +217,8 @@ inline AuthBegin decode_auth_begin(std::span<const std::byte> p) {
   m.heartbeat_timeout_ms = r.u32("heartbeat_timeout_ms");
   if (m.heartbeat_ms == 0) r.fail("heartbeat_ms", "is 0; a period must be positive");
   if (m.heartbeat_timeout_ms <= m.heartbeat_ms) {
-    r.fail("heartbeat_timeout_ms",
-           fmt::format("{} is not longer than the period ({} ms)", m.heartbeat_timeout_ms,
-                       m.heartbeat_ms));
+    r.fail("heartbeat_timeout_ms", fmt::format("{} is not longer than the period ({} ms)",
+                                               m.heartbeat_timeout_ms, m.heartbeat_ms));
   }
   r.end();
   return m;
@@ -299,8 +297,8 @@ inline void put_config(Writer& w, const CallConfig& c) {
   w.i32(c.enable_dep_gen);
   const std::size_t len = strnlen(c.output_prefix.data(), c.output_prefix.size());
   w.str(std::string_view(c.output_prefix.data(), len));
-  for (const auto* a : {&c.runtime_env.ring_task_window, &c.runtime_env.ring_heap,
-                        &c.runtime_env.ring_dep_pool}) {
+  for (const auto* a :
+       {&c.runtime_env.ring_task_window, &c.runtime_env.ring_heap, &c.runtime_env.ring_dep_pool}) {
     for (std::uint64_t v : *a) w.u64(v);
   }
   w.i64(c.timeout.count());
@@ -316,8 +314,8 @@ inline CallConfig get_config(Reader& r) {
   const std::string prefix = r.str(c.output_prefix.size() - 1, "config.output_prefix");
   if (prefix.find('\0') != std::string::npos) r.fail("config.output_prefix", "contains a NUL");
   std::memcpy(c.output_prefix.data(), prefix.data(), prefix.size());
-  for (auto* a : {&c.runtime_env.ring_task_window, &c.runtime_env.ring_heap,
-                  &c.runtime_env.ring_dep_pool}) {
+  for (auto* a :
+       {&c.runtime_env.ring_task_window, &c.runtime_env.ring_heap, &c.runtime_env.ring_dep_pool}) {
     for (std::uint64_t& v : *a) v = r.u64("config.runtime_env");
   }
   c.timeout = std::chrono::milliseconds(r.i64("config.timeout_ms"));

@@ -320,8 +320,8 @@ class RemoteServer {
   template <class... A>
   void log(fmt::format_string<A...> f, A&&... a) const {
     if (!options_.log) return;
-    const std::string line =
-        fmt::format("simpler remote server (pid {}): {}\n", ::getpid(), fmt::format(f, std::forward<A>(a)...));
+    const std::string line = fmt::format("simpler remote server (pid {}): {}\n", ::getpid(),
+                                         fmt::format(f, std::forward<A>(a)...));
     std::fputs(line.c_str(), stderr);
   }
 
@@ -378,7 +378,8 @@ class RemoteServer {
   void start_auth(const std::shared_ptr<Pending>& p) {
     boost::system::error_code ec;
     const auto remote = p->sock.remote_endpoint(ec);
-    p->peer = ec ? std::string("?") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+    p->peer =
+        ec ? std::string("?") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
     ++pending_;
     reap(false);
     if (sessions_.size() + pending_ > options_.max_sessions) {
@@ -411,23 +412,23 @@ class RemoteServer {
             return drop(p, e.what());
           }
           p->payload.resize(p->h.length);
-          detail::asio::async_read(p->sock, detail::asio::buffer(p->payload),
-                                   [this, p, then](const boost::system::error_code& e2,
-                                                   std::size_t) {
-                                     if (e2) return drop(p, fmt::format("read failed: {}", e2.message()));
-                                     try {
-                                       then();
-                                     } catch (const std::exception& e) {
-                                       drop(p, e.what());
-                                     }
-                                   });
+          detail::asio::async_read(
+              p->sock, detail::asio::buffer(p->payload),
+              [this, p, then](const boost::system::error_code& e2, std::size_t) {
+                if (e2) return drop(p, fmt::format("read failed: {}", e2.message()));
+                try {
+                  then();
+                } catch (const std::exception& e) {
+                  drop(p, e.what());
+                }
+              });
         });
   }
 
   void on_auth_begin(const std::shared_ptr<Pending>& p) {
     if (p->h.type != wire::FrameType::AuthBegin) {
-      throw ProtocolError(fmt::format("the first frame is {}, expected AUTH_BEGIN",
-                                      wire::to_string(p->h.type)));
+      throw ProtocolError(
+          fmt::format("the first frame is {}, expected AUTH_BEGIN", wire::to_string(p->h.type)));
     }
     if (p->h.session == 0) throw ProtocolError("AUTH_BEGIN frame: session id is 0");
     wire::check_header(p->h, wire::Expect{p->h.session, p->h.worker, 1, 4096});
@@ -453,15 +454,14 @@ class RemoteServer {
     h.sequence = 1;
     h.length = static_cast<std::uint32_t>(p->out.size() - wire::kHeaderBytes);
     wire::encode_header(h, p->out.data());
-    detail::asio::async_write(p->sock, detail::asio::buffer(p->out),
-                              [this, p](const boost::system::error_code& ec, std::size_t) {
-                                if (ec) return drop(p, fmt::format("write failed: {}", ec.message()));
-                                const std::uint64_t session = p->h.session;
-                                const std::uint32_t worker = p->h.worker;
-                                read_frame(p, [this, p, session, worker] {
-                                  on_auth_proof(p, session, worker);
-                                });
-                              });
+    detail::asio::async_write(
+        p->sock, detail::asio::buffer(p->out),
+        [this, p](const boost::system::error_code& ec, std::size_t) {
+          if (ec) return drop(p, fmt::format("write failed: {}", ec.message()));
+          const std::uint64_t session = p->h.session;
+          const std::uint32_t worker = p->h.worker;
+          read_frame(p, [this, p, session, worker] { on_auth_proof(p, session, worker); });
+        });
   }
 
   void on_auth_proof(const std::shared_ptr<Pending>& p, std::uint64_t session,

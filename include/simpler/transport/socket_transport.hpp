@@ -104,8 +104,7 @@ struct SocketTransport {
                         std::uint64_t n) {
       link_.copy_to(b, offset, src, n);
     }
-    void copy_from_remote(const RemoteBuffer& b, std::uint64_t offset, void* dst,
-                          std::uint64_t n) {
+    void copy_from_remote(const RemoteBuffer& b, std::uint64_t offset, void* dst, std::uint64_t n) {
       link_.copy_from(b, offset, dst, n);
     }
     [[nodiscard]] std::uint64_t session() const noexcept { return link_.session(); }

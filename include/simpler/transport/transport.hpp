@@ -108,8 +108,10 @@ concept SeparateAddressSpace = requires {
 template <class E>
 concept Pipelines = requires(E& e, const E& ce, const LeafRequest& r, Outcome& o, Fault& f) {
   { ce.window() } -> std::convertible_to<std::uint32_t>;
-  { e.send(r, o, f) } noexcept -> std::same_as<bool>;
-  { e.receive(f) } noexcept -> std::same_as<Outcome>;
+  { e.send(r, o, f) }
+  noexcept->std::same_as<bool>;
+  { e.receive(f) }
+  noexcept->std::same_as<Outcome>;
 };
 
 /// Optional: has work to do while its lane is idle (heartbeats): the idle lane wakes every
@@ -117,7 +119,8 @@ concept Pipelines = requires(E& e, const E& ce, const LeafRequest& r, Outcome& o
 template <class E>
 concept Ticks = requires(E& e, const E& ce) {
   { ce.tick_period() } -> std::convertible_to<std::chrono::milliseconds>;
-  { e.tick() } noexcept;
+  { e.tick() }
+  noexcept;
 };
 
 /// Optional: runs only some of the registered callables (a remote serves what its program
