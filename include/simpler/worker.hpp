@@ -41,6 +41,7 @@
 #include "simpler/scheduler.hpp"
 #include "simpler/task_args.hpp"
 #include "simpler/transport/fork_shm_transport.hpp"
+#include "simpler/transport/mpi_transport.hpp"
 #include "simpler/transport/socket_transport.hpp"
 #include "simpler/transport/thread_transport.hpp"
 #include "simpler/worker_thread.hpp"
@@ -274,6 +275,35 @@ class BasicWorker {
     const auto id = static_cast<WorkerId>(core_->next_level.size());
     if (name.empty()) name = fmt::format("remote worker {} ({})", id, spec.endpoint);
     return add_child<Lane>(RemoteL3(std::move(spec), *registry_, id), std::move(name));
+  }
+
+  /// Adds every serving rank of an MPI job (ranks 1..N-1 of `session`, a simpler::mpi::Session on
+  /// rank 0) as next-level children, in rank order; returns their WorkerIds (the first is rank
+  /// 1's). init() starts MPI (after every local fork: MPI lanes launch last) and attaches to each
+  /// rank: its HELLO says what it serves. Tasks, buffers and copies work as for
+  /// add_remote_worker. Before init() only; a rank serves one Worker at a time.
+  template <class MpiSession>
+  std::vector<WorkerId> add_mpi_workers(MpiSession& session) {
+    using Lane = typename detail::LaneWithLeaf<MpiL3, Lanes...>::type;
+    static_assert(!std::is_void_v<Lane>,
+                  "this Worker's lane set has no MpiL3 lane (WorkerThread<MpiTransport, MpiL3>)");
+    check_state(State::New, "add_mpi_workers", "before init()");
+    if (session.rank() != 0) {
+      throw UsageError(fmt::format(
+          "Worker::add_mpi_workers: this is MPI rank {}; only rank 0 drives the other ranks (the "
+          "others call Session::serve)",
+          session.rank()));
+    }
+    std::vector<std::shared_ptr<detail::RankLink>> links;
+    for (int r = 1; r < session.size(); ++r) links.push_back(session.claim(r));
+    std::vector<WorkerId> ids;
+    for (auto& link : links) {
+      const auto id = static_cast<WorkerId>(core_->next_level.size());
+      const int rank = link->rank();
+      ids.push_back(add_child<Lane>(MpiL3(std::move(link), *registry_, id),
+                                    fmt::format("MPI rank {} (worker {})", rank, id)));
+    }
+    return ids;
   }
 
   /// Allocates `bytes` in remote worker `remote`'s memory. Between runs only. Throws UsageError
@@ -718,18 +748,20 @@ using ProcessNestedLane = WorkerThread<ForkShmTransport, NestedWorker<Worker>>;
 /// Chips (WorkerOptions::device_ids), driven from this process or from forked children.
 using ChipLane = WorkerThread<ThreadTransport, ChipWorker>;
 using ProcessChipLane = WorkerThread<ForkShmTransport, ChipWorker>;
-/// L3 Workers on other hosts (add_remote_worker).
+/// L3 Workers on other hosts (add_remote_worker), and on the other ranks of an MPI job
+/// (add_mpi_workers).
 using RemoteLane = WorkerThread<SocketTransport, RemoteL3>;
+using MpiLane = WorkerThread<MpiTransport, MpiL3>;
 // Late chip registration reaches forked chips through this; a signature drift must not silently
 // turn it off.
 static_assert(ForwardsControl<ProcessChipLane::Endpoint>);
 
 /// The default Worker: sub workers, nested Workers and chips on either transport, chosen by
-/// WorkerOptions::child_mode, and remote L3 Workers. A class (not an alias) so
-/// NestedWorker<Worker> can name it. The remote lanes come last: lanes launch in this order, so
-/// every local child is forked before the first connection is opened.
+/// WorkerOptions::child_mode, and remote L3 Workers (over TCP, over MPI). A class (not an alias)
+/// so NestedWorker<Worker> can name it. The remote lanes come last: lanes launch in this order, so
+/// every local child is forked before the first connection is opened and before MPI starts.
 class Worker : public BasicWorker<SubLane, ProcessSubLane, NestedLane, ProcessNestedLane, ChipLane,
-                                  ProcessChipLane, RemoteLane> {
+                                  ProcessChipLane, RemoteLane, MpiLane> {
  public:
   using BasicWorker::BasicWorker;
   Worker(Worker&&) noexcept = default;

@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "simpler/detail/remote_info.hpp"
 #include "simpler/error.hpp"
 #include "simpler/leaf/leaf.hpp"
 #include "simpler/remote/auth.hpp"
@@ -111,26 +112,6 @@ inline void validate(const RemoteWorkerSpec& s) {
   }
 }
 
-/// What the server said it serves, and its limits (from its HELLO).
-struct RemoteInfo {
-  std::int32_t level = 3;
-  std::uint32_t max_payload = 0;
-  std::uint64_t max_buffer_bytes = 0;
-  std::uint64_t buffer_pool_bytes = 0;
-  std::vector<wire::ServedCallable> served;  ///< sorted by digest
-  [[nodiscard]] bool serves(std::uint64_t digest) const noexcept {
-    auto it = std::lower_bound(
-        served.begin(), served.end(), digest,
-        [](const wire::ServedCallable& s, std::uint64_t d) { return s.digest < d; });
-    return it != served.end() && it->digest == digest;
-  }
-  [[nodiscard]] std::string served_names() const {
-    std::string out;
-    for (const auto& s : served) out += fmt::format("{}'{}'", out.empty() ? "" : ", ", s.name);
-    return out.empty() ? "nothing" : out;
-  }
-};
-
 class RemoteLink {
  public:
   RemoteLink(RemoteWorkerSpec spec, std::uint32_t worker)
@@ -196,13 +177,7 @@ class RemoteLink {
         throw RemoteError(fmt::format("remote worker {}: its session could not start: {}", where_,
                                       hello.message));
       }
-      info_.level = hello.level;
-      info_.max_payload = hello.max_payload;
-      info_.max_buffer_bytes = hello.max_buffer_bytes;
-      info_.buffer_pool_bytes = hello.buffer_pool_bytes;
-      info_.served = std::move(hello.served);
-      std::sort(info_.served.begin(), info_.served.end(),
-                [](const auto& a, const auto& b) { return a.digest < b.digest; });
+      info_.take(std::move(hello));
       connected_ = true;
     } catch (...) {
       close_socket();
@@ -342,7 +317,7 @@ class RemoteLink {
 
   RemoteBuffer alloc(WorkerId worker, std::uint64_t bytes) {
     std::lock_guard lk(mu_);
-    const std::uint64_t id = next_buffer_id();
+    const std::uint64_t id = next_remote_buffer_id();
     wire::Control c{wire::ControlOp::Alloc, bytes, id, 0};
     const auto r = control(c, {}, nullptr);
     if (r.r0 != id || r.r2 != bytes) {
@@ -350,29 +325,20 @@ class RemoteLink {
                        id, bytes));
       throw TransportError(death_message());
     }
-    std::lock_guard live(live_mu_);
-    live_[id] = bytes;
+    live_.add(id, bytes);
     return RemoteBuffer(worker, session_, id, bytes);
   }
   void free(const RemoteBuffer& b) {
     std::lock_guard lk(mu_);
     control(wire::Control{wire::ControlOp::Free, b.id(), 0, 0}, {}, nullptr);
-    std::lock_guard live(live_mu_);
     live_.erase(b.id());
   }
   /// Whether [address, address + bytes) lies in a live buffer of this link.
   [[nodiscard]] bool holds(std::uint64_t address, std::uint64_t bytes) const {
-    std::lock_guard live(live_mu_);
-    const auto it = live_.find(wire::buffer_of(address));
-    if (it == live_.end()) return false;
-    const std::uint64_t off = wire::offset_of(address);
-    return off <= it->second && bytes <= it->second - off;
+    return live_.holds(address, bytes);
   }
   /// Whether `b` is a live buffer of this link (session and id).
-  [[nodiscard]] bool owns(const RemoteBuffer& b) const {
-    std::lock_guard live(live_mu_);
-    return b.session() == session_ && live_.count(b.id()) != 0;
-  }
+  [[nodiscard]] bool owns(const RemoteBuffer& b) const { return live_.owns(b, session_); }
   void ping() {
     std::lock_guard lk(mu_);
     control(wire::Control{wire::ControlOp::Ping, 0, 0, 0}, {}, nullptr);
@@ -456,16 +422,6 @@ class RemoteLink {
 
  private:
   static constexpr std::size_t kCopyWindow = 8;
-  /// Buffer ids are unique in the process, so a tensor's address names its buffer across every
-  /// remote (the Orchestrator can tell a buffer of another worker).
-  static std::uint64_t next_buffer_id() {
-    static std::atomic<std::uint64_t> next{1};
-    const std::uint64_t id = next.fetch_add(1, std::memory_order_relaxed);
-    if (id > wire::kMaxBufferId) {
-      throw UsageError("Worker::remote_alloc: this process used up its 2^24 remote buffer ids");
-    }
-    return id;
-  }
   struct InFlight {
     std::uint64_t sequence;
     SteadyClock::time_point deadline;
@@ -787,8 +743,7 @@ class RemoteLink {
   std::vector<std::byte> rbuf_;
   std::size_t rpos_ = 0, rend_ = 0;
   std::deque<InFlight> inflight_;
-  mutable std::mutex live_mu_;
-  std::map<std::uint64_t, std::uint64_t> live_;  ///< buffer id -> bytes
+  LiveBuffers live_;
   bool connected_ = false;
   std::atomic<bool> broken_{false};
   std::mutex mu_;

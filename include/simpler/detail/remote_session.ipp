@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "simpler/detail/served_task.hpp"
 #include "simpler/remote/server.hpp"
 
 namespace simpler {
@@ -51,12 +52,13 @@ class RemoteServer::Session {
       RemoteSession rs(*inner_, session_, worker_);
       setup(rs);
       served_ = std::move(rs.served_);
+      where_ = fmt::format("remote L{} Worker (pid {})", inner_->level(), ::getpid());
       inner_->init();  // forks its children: no thread of this session exists yet
       hello.level = inner_->level();
       hello.max_payload = options_.max_payload;
       hello.max_buffer_bytes = options_.max_buffer_bytes;
       hello.buffer_pool_bytes = options_.buffer_pool_bytes;
-      for (const auto& [digest, s] : served_) hello.served.push_back({digest, s.name});
+      hello.served = detail::served_list(served_);
     } catch (...) {
       Fault f;
       fault_from_current_exception(f);
@@ -435,49 +437,7 @@ class RemoteServer::Session {
   }
 
   wire::Completion execute(Job& job) {
-    wire::Completion c;
-    c.answers = job.sequence;
-    std::string name = fmt::format("{:#018x}", job.task.digest);
-    try {
-      const auto it = served_.find(job.task.digest);
-      if (it == served_.end()) {
-        std::string names;
-        for (const auto& [d, s] : served_)
-          names += fmt::format("{}'{}'", names.empty() ? "" : ", ", s.name);
-        throw UsageError(
-            fmt::format("this session serves no callable with digest {:#018x} (it serves {})",
-                        job.task.digest, names.empty() ? "nothing" : names));
-      }
-      name = it->second.name;
-      for (std::size_t i = 0; i < job.task.tensors.size(); ++i) {
-        ContinuousTensor& t = job.task.tensors[i];
-        std::string why;
-        std::byte* p =
-            pool_.resolve(wire::buffer_of(t.data), wire::offset_of(t.data), t.nbytes(), why);
-        if (p == nullptr) {
-          throw UsageError(
-              fmt::format("tensor {} is not inside a live buffer of this session: {}", i, why));
-        }
-        t.data = reinterpret_cast<std::uintptr_t>(p);
-        t.child_memory = 0;
-      }
-      TaskArgsView v;
-      v.tensor_count = static_cast<std::int32_t>(job.task.tensors.size());
-      v.scalar_count = static_cast<std::int32_t>(job.task.scalars.size());
-      v.tensors = job.task.tensors.data();
-      v.scalars = job.task.scalars.data();
-      inner_->run_view(it->second.fn, v, job.task.config);
-    } catch (...) {
-      Fault f;
-      fault_from_current_exception(f);
-      c.status = wire::Status::Failed;
-      c.kind = f.kind;
-      c.code = f.code;
-      c.message = fmt::format("'{}' on the remote L{} Worker (pid {}): {}", name, inner_->level(),
-                              ::getpid(), f.message);
-      if (c.kind == ErrorKind::Other && c.code == 0 && c.message.empty()) c.kind = ErrorKind::Error;
-    }
-    return c;
+    return detail::run_served_task(*inner_, served_, pool_, job.sequence, job.task, where_);
   }
 
   /// After the I/O loop ended: stop the executor (bounded), close the inner Worker.
@@ -516,7 +476,8 @@ class RemoteServer::Session {
   detail::asio::steady_timer hb_;
   detail::BufferPool pool_;  // mapped before the inner Worker forks, so its children share it
   std::optional<Worker> inner_;
-  std::map<std::uint64_t, RemoteSession::Served> served_;
+  detail::ServedOrchs served_;
+  std::string where_;
   std::uint64_t session_;
   std::uint32_t worker_;
   std::uint32_t period_, timeout_;

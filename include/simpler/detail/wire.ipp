@@ -412,8 +412,8 @@ inline void encode(const Control& m, std::vector<std::byte>& out) {
   w.u64(m.b);
   w.u64(m.n);
 }
-inline Control decode_control_head(std::span<const std::byte> prefix,
-                                   std::uint64_t payload_length) {
+inline Control decode_control_head(std::span<const std::byte> prefix, std::uint64_t payload_length,
+                                   bool detached) {
   Reader r(prefix.first(std::min(prefix.size(), kControlHeadBytes)), "CONTROL");
   Control m;
   const std::uint32_t op = r.u32("op");
@@ -429,7 +429,7 @@ inline Control decode_control_head(std::span<const std::byte> prefix,
   Reader whole(prefix, "CONTROL");
   switch (m.op) {
     case ControlOp::CopyTo:
-      if (rest != m.n) {
+      if (rest != (detached ? 0 : m.n)) {
         whole.fail("n", fmt::format("says {} bytes follow, the frame carries {}", m.n, rest));
       }
       break;
@@ -458,6 +458,10 @@ inline Control decode_control_head(std::span<const std::byte> prefix,
   return m;
 }
 
+inline Control decode_control_detached(std::span<const std::byte> p) {
+  return decode_control_head(p, p.size(), true);
+}
+
 inline Control decode_control(std::span<const std::byte> p) {
   return decode_control_head(p, p.size());
 }
@@ -472,8 +476,8 @@ inline void encode(const ControlReply& m, std::vector<std::byte>& out) {
   w.u64(m.r2);
 }
 inline ControlReply decode_control_reply_head(std::span<const std::byte> p,
-                                              std::uint64_t payload_length,
-                                              std::size_t& head_bytes) {
+                                              std::uint64_t payload_length, std::size_t& head_bytes,
+                                              bool detached) {
   Reader r(p, "CONTROL_REPLY");
   ControlReply m;
   m.answers = r.u64("answers");
@@ -486,7 +490,7 @@ inline ControlReply decode_control_reply_head(std::span<const std::byte> p,
   m.r2 = r.u64("r2");
   head_bytes = p.size() - r.left();
   const std::uint64_t data = payload_length - head_bytes;
-  if (m.op == ControlOp::CopyFrom && m.status == Status::Ok) {
+  if (m.op == ControlOp::CopyFrom && m.status == Status::Ok && !detached) {
     if (data != m.r0) {
       r.fail("r0", fmt::format("says {} bytes follow, the frame carries {}", m.r0, data));
     }
@@ -494,6 +498,11 @@ inline ControlReply decode_control_reply_head(std::span<const std::byte> p,
     r.fail("end", fmt::format("{} trailing bytes after the payload", data));
   }
   return m;
+}
+
+inline ControlReply decode_control_reply_detached(std::span<const std::byte> p) {
+  std::size_t head = 0;
+  return decode_control_reply_head(p, p.size(), head, true);
 }
 
 inline ControlReply decode_control_reply(std::span<const std::byte> p, std::size_t& head_bytes) {

@@ -267,7 +267,8 @@ Completion decode_completion(std::span<const std::byte> p);
 Control decode_control(std::span<const std::byte> p);
 /// The same from the first bytes (at least kControlHeadBytes) of a payload of `payload_length`
 /// bytes: a CopyTo's data need not be there yet.
-Control decode_control_head(std::span<const std::byte> prefix, std::uint64_t payload_length);
+Control decode_control_head(std::span<const std::byte> prefix, std::uint64_t payload_length,
+                            bool detached = false);
 /// Decodes a whole CONTROL_REPLY payload and returns its head; sets `head_bytes` to the head's
 /// length. An ok CopyFrom's data are the rest of `p` (exactly r0 bytes); after any other reply's
 /// head nothing may follow.
@@ -275,7 +276,13 @@ ControlReply decode_control_reply(std::span<const std::byte> p, std::size_t& hea
 /// The same from the first bytes of a payload of `payload_length` bytes (at least the head; a
 /// CopyFrom's data need not be there): checks that the rest is exactly the data it announces.
 ControlReply decode_control_reply_head(std::span<const std::byte> prefix,
-                                       std::uint64_t payload_length, std::size_t& head_bytes);
+                                       std::uint64_t payload_length, std::size_t& head_bytes,
+                                       bool detached = false);
+/// For carriers that move a copy's bytes outside the frame (MpiTransport sends them as messages
+/// of their own): the payload is exactly the head; a CopyTo's n bytes, an ok CopyFrom reply's r0
+/// bytes, travel separately.
+Control decode_control_detached(std::span<const std::byte> p);
+ControlReply decode_control_reply_detached(std::span<const std::byte> p);
 /// The head of an ok CONTROL_REPLY (empty message).
 inline constexpr std::size_t kOkReplyHeadBytes = 8 + 4 + 1 + 1 + 4 + 4 + 24;
 
