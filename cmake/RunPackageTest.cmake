@@ -6,7 +6,8 @@
 # Any failing step fails the test.
 #
 # Inputs (-D...): SIMPLER_BINARY_DIR, SIMPLER_DEVICE_RUNTIME, PACKAGE_SOURCE_DIR,
-# WORK_DIR, and optionally CONFIG, GENERATOR, CXX_COMPILER.
+# WORK_DIR, and optionally CONFIG, GENERATOR, CXX_COMPILER, WITH_MPI (the build has
+# SIMPLER_WITH_MPI: the consumer must also build its simpler::mpi program).
 
 cmake_minimum_required(VERSION 3.25)
 
@@ -83,19 +84,35 @@ execute_process(
   COMMAND_ECHO STDOUT
   COMMAND_ERROR_IS_FATAL ANY)
 
-set(_exe "")
-foreach(_candidate IN ITEMS
-    "${_build}/simpler_package_consumer"
-    "${_build}/simpler_package_consumer.exe"
-    "${_build}/${CONFIG}/simpler_package_consumer"
-    "${_build}/${CONFIG}/simpler_package_consumer.exe")
-  if(EXISTS "${_candidate}" AND NOT IS_DIRECTORY "${_candidate}")
-    set(_exe "${_candidate}")
-    break()
-  endif()
-endforeach()
+# find_consumer(<var> <name>): the built consumer executable <name>, or "".
+function(find_consumer var name)
+  set(_found "")
+  foreach(_candidate IN ITEMS
+      "${_build}/${name}"
+      "${_build}/${name}.exe"
+      "${_build}/${CONFIG}/${name}"
+      "${_build}/${CONFIG}/${name}.exe")
+    if(EXISTS "${_candidate}" AND NOT IS_DIRECTORY "${_candidate}")
+      set(_found "${_candidate}")
+      break()
+    endif()
+  endforeach()
+  set(${var} "${_found}" PARENT_SCOPE)
+endfunction()
+
+find_consumer(_exe simpler_package_consumer)
 if(NOT _exe)
   message(FATAL_ERROR "RunPackageTest: consumer executable not found under ${_build}")
+endif()
+
+# simpler::mpi is exported exactly when the build has it.
+find_consumer(_mpi_exe simpler_package_mpi_consumer)
+if(WITH_MPI AND NOT _mpi_exe)
+  message(FATAL_ERROR "RunPackageTest: simpler was built with SIMPLER_WITH_MPI, but the consumer "
+                      "did not find simpler::mpi in the installed package")
+elseif(NOT WITH_MPI AND _mpi_exe)
+  message(FATAL_ERROR "RunPackageTest: simpler was built without MPI, but the installed package "
+                      "exports simpler::mpi")
 endif()
 
 message(STATUS "RunPackageTest: running ${_exe}")
