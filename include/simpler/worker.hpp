@@ -364,6 +364,14 @@ class BasicWorker {
             separate[static_cast<std::size_t>(lane.role)] = true;
           }
         });
+        if ((separate[0] || separate[1]) &&
+            detail::mpi_started_flag().load(std::memory_order_acquire)) {
+          throw UsageError(
+              "Worker::init: this Worker forks its children (child_mode Process), but MPI is "
+              "started in this process and runs threads of its own: init() every Worker with "
+              "forked children before the first one with MPI workers (or before "
+              "mpi::Session::start), or use child_mode Thread");
+        }
         orch_->record_shared_memory(separate[static_cast<std::size_t>(detail::Role::Sub)],
                                     separate[static_cast<std::size_t>(detail::Role::NextLevel)]);
       }

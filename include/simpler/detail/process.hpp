@@ -50,6 +50,14 @@ inline void limit_library_threads() noexcept {
   return ::getppid() == parent;
 }
 
+/// Set once MPI started in this process (mpi::Session::start). Open MPI runs threads of its own
+/// from then on, so a Worker that would fork children refuses to (every fork precedes every
+/// thread).
+inline std::atomic<bool>& mpi_started_flag() noexcept {
+  static std::atomic<bool> started{false};
+  return started;
+}
+
 /// The counter behind fork_generation(), bumped in every forked child.
 inline std::atomic<std::uint64_t>& fork_generation_counter() noexcept {
   static std::atomic<std::uint64_t> generation{0};

@@ -69,6 +69,7 @@
 #include <vector>
 
 #include "simpler/detail/buffer_pool.hpp"
+#include "simpler/detail/process.hpp"
 #include "simpler/detail/remote_info.hpp"
 #include "simpler/detail/served_task.hpp"
 #include "simpler/error.hpp"
@@ -242,6 +243,7 @@ class Session {
       MPI_Query_thread(&provided);
     }
     started_ = true;
+    simpler::detail::mpi_started_flag().store(true, std::memory_order_release);
     serialise_ = provided < MPI_THREAD_MULTIPLE;
     if (rank_ == 0 && provided < MPI_THREAD_SERIALIZED) {
       abort(
