@@ -1165,6 +1165,37 @@ TEST_CASE("a CONTROL_REPLY decodes from its head and the payload's length, befor
                        ProtocolError, WhatContains("message: truncated"));
 }
 
+TEST_CASE("detached CONTROL and CONTROL_REPLY heads carry no data (MpiTransport's copies)",
+          "[remote][remote-wire]") {
+  // A CopyTo head alone is whole: its n bytes travel as messages of their own.
+  const Bytes to = encoded(wire::Control{ControlOp::CopyTo, 7, 4096, std::uint64_t{1} << 33});
+  const wire::Control c = wire::decode_control_detached(to);
+  CHECK(c.op == ControlOp::CopyTo);
+  CHECK(c.n == std::uint64_t{1} << 33);
+  // Data after the head is refused, for every op (the attached decoder would take it as data).
+  CHECK_THROWS_MATCHES(wire::decode_control_detached(with_tail(to, {1, 2})), ProtocolError,
+                       WhatContains("the frame carries 2"));
+  CHECK_THROWS_MATCHES(wire::decode_control_detached(with_tail(encoded(wire::Control{}), {0})),
+                       ProtocolError, WhatContains("end: 1 trailing bytes"));
+  CHECK(wire::decode_control_detached(encoded(wire::Control{ControlOp::CopyFrom, 7, 0, 64})).n ==
+        64);
+  // The head's own checks still hold.
+  CHECK_THROWS_MATCHES(wire::decode_control_detached(
+                           encoded(wire::Control{ControlOp::CopyTo, 1, wire::kOffsetMask, 8})),
+                       ProtocolError, WhatContains("offset: range"));
+
+  // An ok CopyFrom reply announces r0 bytes that do not follow it.
+  wire::ControlReply m;
+  m.answers = 9;
+  m.op = ControlOp::CopyFrom;
+  m.r0 = 300;
+  const wire::ControlReply d = wire::decode_control_reply_detached(encoded(m));
+  CHECK(d.answers == 9);
+  CHECK(d.r0 == 300);
+  CHECK_THROWS_MATCHES(wire::decode_control_reply_detached(with_tail(encoded(m), {0, 0})),
+                       ProtocolError, WhatContains("end: 2 trailing bytes"));
+}
+
 // =================================================================================================
 // The seed corpus speaks today's codec
 

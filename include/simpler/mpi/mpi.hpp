@@ -542,6 +542,7 @@ class RankLinkImpl final : public simpler::detail::RankLink {
       f.digest = r.digest;
       f.deadline = r.deadline;
       f.deadline_ms = r.deadline_ms;
+      f.run_deadline = r.run_deadline;
       inflight_.push_back(std::move(f));
       InFlight& g = inflight_.back();
       auto lk = s_.lock_mpi();
@@ -570,8 +571,9 @@ class RankLinkImpl final : public simpler::detail::RankLink {
       protocol_abort(e.what());
     }
     if (!arrived) {
-      s_.abort(fmt::format("the task '{}' on {} passed its deadline of {} ms",
-                           info_.name_of(task.digest), where_, task.deadline_ms));
+      s_.abort(fmt::format("the task '{}' on {} passed {} deadline of {} ms",
+                           info_.name_of(task.digest), where_,
+                           task.run_deadline ? "its run's" : "its", task.deadline_ms));
     }
     if (h.type != wire::FrameType::Completion) {
       protocol_abort(fmt::format("got a {} frame while waiting for the COMPLETION of '{}'",
@@ -667,6 +669,7 @@ class RankLinkImpl final : public simpler::detail::RankLink {
     std::uint64_t digest = 0;
     Clock::time_point deadline;
     std::uint32_t deadline_ms = 0;
+    bool run_deadline = false;
   };
 
   void check_attached(const char* api) const {
