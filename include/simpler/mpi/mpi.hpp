@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -506,6 +507,7 @@ class RankLinkImpl final : public simpler::detail::RankLink {
   }
 
   void detach() noexcept override {
+    released_.store(true, std::memory_order_release);
     if (!attached_) return;
     attached_ = false;
     live_.clear();
@@ -513,6 +515,9 @@ class RankLinkImpl final : public simpler::detail::RankLink {
     s_.send_bytes(rank_, kFrameTag, frame, "sending SHUTDOWN");
   }
 
+  [[nodiscard]] bool released() const noexcept override {
+    return released_.load(std::memory_order_acquire);
+  }
   [[nodiscard]] int rank() const noexcept override { return rank_; }
   [[nodiscard]] std::uint32_t window() const noexcept override { return s_.options().window; }
 
@@ -739,6 +744,7 @@ class RankLinkImpl final : public simpler::detail::RankLink {
   std::uint32_t worker_ = 0;
   FrameCounter fc_;
   bool attached_ = false;
+  std::atomic<bool> released_{false};
   simpler::detail::RemoteInfo info_;
   simpler::detail::LiveBuffers live_;
   std::deque<InFlight> inflight_;
@@ -755,7 +761,7 @@ inline std::shared_ptr<simpler::detail::RankLink> Session::claim(int rank) {
   std::lock_guard lk(claim_mu_);
   claimed_.resize(static_cast<std::size_t>(size_));
   auto& slot = claimed_[static_cast<std::size_t>(rank)];
-  if (!slot.expired()) {
+  if (const auto held = slot.lock(); held && !held->released()) {
     throw UsageError(fmt::format(
         "Worker::add_mpi_workers: MPI rank {} already serves another Worker; a rank serves one "
         "Worker at a time (close or destroy that one first)",

@@ -39,8 +39,11 @@ class RankLink {
   /// Attaches to the rank (a fresh session: the rank's HELLO says what it serves), starting MPI
   /// first if it is not started yet. `worker` is the parent's WorkerId of the rank.
   virtual void attach(std::uint32_t worker) = 0;
-  /// Detaches: the rank frees this session's buffers and waits for the next. Never throws.
+  /// Detaches (when attached: the rank frees this session's buffers and waits for the next) and
+  /// gives the rank up: another Worker may claim it. Never throws.
   virtual void detach() noexcept = 0;
+  /// Whether detach() ran: the Worker holding this link is closed.
+  [[nodiscard]] virtual bool released() const noexcept = 0;
 
   [[nodiscard]] virtual int rank() const noexcept = 0;
   [[nodiscard]] virtual std::uint32_t window() const noexcept = 0;
@@ -105,7 +108,7 @@ struct MpiTransport {
       attached_ = true;
     }
     void shutdown() noexcept {
-      if (attached_) link_->detach();
+      if (link_) link_->detach();
       attached_ = false;
     }
 
