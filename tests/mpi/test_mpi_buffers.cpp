@@ -1,0 +1,126 @@
+// Remote buffers on MPI ranks, and what submit and the buffer calls refuse.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "mpi/mpi_app.hpp"
+#include "support/matchers.hpp"
+
+using namespace simpler;
+using namespace simpler::testing;
+using namespace simpler::testing::mpi_app;
+
+namespace {
+
+/// An L4 over the job's ranks, with "whoami" and a callable no rank serves.
+struct OnRanks {
+  Worker w{l4_options()};
+  CallableHandle whoami = w.register_orch("whoami", served_remotely);
+  CallableHandle not_served = w.register_orch("not_served_here", served_remotely);
+  std::vector<WorkerId> ranks = w.add_mpi_workers(session());
+
+  OnRanks() { w.init(); }
+  /// Runs one task of `h` on `rank`.
+  void run_one(const CallableHandle& h, TaskArgs a, WorkerId rank) {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_next_level(h, std::move(a), default_call_config(), rank);
+    });
+  }
+};
+
+/// `n` bytes no two chunks of which are alike.
+std::vector<std::uint8_t> pattern(std::size_t n) {
+  std::vector<std::uint8_t> out(n);
+  std::uint64_t x = 0x9E3779B97F4A7C15ULL;
+  for (std::size_t i = 0; i < n; i += sizeof x) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(out.data() + i, &x, std::min(sizeof x, n - i));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a copy spanning several MPI messages round-trips exactly", "[buffers]") {
+  OnRanks on;
+  constexpr std::size_t kBig = std::size_t{150} << 20;
+  static_assert(kBig > 2 * simpler::mpi::kChunkBytes);
+  constexpr std::size_t kAt = 5;  // aligned to nothing
+  const RemoteBuffer b = on.w.remote_alloc(on.ranks.at(1), kAt + kBig + 3);
+  const std::vector<std::uint8_t> data = pattern(kBig);
+  on.w.copy_to_remote(b, kAt, data.data(), kBig);
+  std::vector<std::uint8_t> back(kBig, 0xEE);
+  on.w.copy_from_remote(b, kAt, back.data(), kBig);
+  // (Not CHECK(back == data): a failure would print 150 MiB.)
+  const auto diff = std::mismatch(data.begin(), data.end(), back.begin());
+  CHECK(static_cast<std::size_t>(diff.first - data.begin()) == kBig);
+  // A range across the first chunk's end, read from an offset of its own.
+  const std::size_t from = simpler::mpi::kChunkBytes - 1000;
+  std::vector<std::uint8_t> part(std::size_t{1} << 20);
+  on.w.copy_from_remote(b, kAt + from, part.data(), part.size());
+  CHECK(std::equal(part.begin(), part.end(), data.begin() + static_cast<std::ptrdiff_t>(from)));
+  on.w.remote_free(b);
+}
+
+TEST_CASE("submit refuses a callable the ranks do not serve, and tensors not in its buffers",
+          "[buffers][usage]") {
+  OnRanks on;
+  const std::vector<RemoteBuffer> words = word_per_rank(on.w, on.ranks);
+  const WorkerId rank2 = on.ranks.at(1);
+  CHECK_THROWS_MATCHES(
+      on.run_one(on.not_served, TaskArgs(), rank2), UsageError,
+      WhatContains("MPI rank 2") && WhatContains("does not serve 'not_served_here' (it serves "));
+  std::int64_t host = 0;
+  CHECK_THROWS_MATCHES(
+      on.run_one(on.whoami,
+                 TaskArgs().add_tensor(make_tensor(&host, {1}, DataType::Int64),
+                                       TensorArgType::OutputExisting),
+                 rank2),
+      UsageError, WhatContains("is host memory") && WhatContains("pointers never cross hosts"));
+  CHECK_THROWS_MATCHES(on.run_one(on.whoami,
+                                  TaskArgs().add_tensor(make_tensor(nullptr, {1}, DataType::Int64),
+                                                        TensorArgType::Output),
+                                  rank2),
+                       UsageError, WhatContains("Output with data == 0"));
+  CHECK_THROWS_MATCHES(on.run_one(on.whoami, word_output(words[0]), rank2), UsageError,
+                       WhatContains("lies in no live buffer of next-level worker 1"));
+  // None of that reached the rank: it runs the next task.
+  on.run_one(on.whoami, word_output(words[1]), rank2);
+  CHECK(read_word(on.w, words[1]) == 2);
+}
+
+TEST_CASE("remote memory calls during a run are refused", "[buffers][usage]") {
+  OnRanks on;
+  const RemoteBuffer b = on.w.remote_alloc(on.ranks.at(0), 64);
+  std::vector<std::int64_t> v(4);
+  on.w.run([&](Orchestrator&, TaskArgsView, const CallConfig&) {
+    CHECK_THROWS_MATCHES(on.w.remote_alloc(on.ranks.at(0), 64), UsageError,
+                         WhatContains("not during a run"));
+    CHECK_THROWS_MATCHES(on.w.copy_to_remote(b, 0, v.data(), 32), UsageError,
+                         WhatContains("not during a run"));
+    CHECK_THROWS_MATCHES(on.w.copy_from_remote(b, 0, v.data(), 32), UsageError,
+                         WhatContains("not during a run"));
+    CHECK_THROWS_MATCHES(on.w.remote_free(b), UsageError, WhatContains("not during a run"));
+  });
+  CHECK(on.w.remote_alloc(on.ranks.at(0), 64).size() == 64);
+  on.w.copy_to_remote(b, 0, v.data(), 32);  // b lives on
+}
+
+TEST_CASE("a freed buffer is refused by copies, frees and submits", "[buffers][usage]") {
+  OnRanks on;
+  const RemoteBuffer b = on.w.remote_alloc(on.ranks.at(0), 256);
+  on.w.remote_free(b);
+  std::vector<std::int64_t> v(4);
+  CHECK_THROWS_MATCHES(on.w.copy_to_remote(b, 0, v.data(), 8), UsageError,
+                       WhatContains("is not a live buffer of remote worker 0 (freed already"));
+  CHECK_THROWS_MATCHES(on.w.copy_from_remote(b, 0, v.data(), 8), UsageError,
+                       WhatContains("is not a live buffer of remote worker 0 (freed already"));
+  CHECK_THROWS_MATCHES(on.w.remote_free(b), UsageError, WhatContains("not a live buffer"));
+  CHECK_THROWS_MATCHES(on.run_one(on.whoami, word_output(b), on.ranks.at(0)), UsageError,
+                       WhatContains("lies in no live buffer of next-level worker 0"));
+}
