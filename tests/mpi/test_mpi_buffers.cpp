@@ -1,4 +1,5 @@
-// Remote buffers on MPI ranks, and what submit and the buffer calls refuse.
+// Remote buffers on MPI ranks, what submit and the buffer calls refuse, and a rank passing from
+// one rank-0 Worker to the next.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -42,6 +43,31 @@ std::vector<std::uint8_t> pattern(std::size_t n) {
     std::memcpy(out.data() + i, &x, std::min(sizeof x, n - i));
   }
   return out;
+}
+
+/// Over half of a rank's buffer pool: a second allocation this large fits only once the first
+/// is freed.
+std::size_t over_half_a_pool() {
+  return static_cast<std::size_t>(session().options().buffer_pool_bytes / 2 + (1U << 20));
+}
+
+/// A new Worker attaches to both ranks afresh: the buffers of `old` (its predecessor's, over
+/// half of each rank's pool) are gone there, so it allocates as much again; it cannot use them;
+/// and it runs.
+void a_new_worker_attaches_afresh(const std::vector<RemoteBuffer>& old) {
+  OnRanks next;
+  for (const WorkerId r : next.ranks) CHECK(next.w.remote_alloc(r, over_half_a_pool()).size() > 0);
+  std::int64_t x = 0;
+  CHECK_THROWS_MATCHES(next.w.copy_to_remote(old.at(0), 0, &x, sizeof x), UsageError,
+                       WhatContains("allocated by another Worker or session"));
+  const std::vector<RemoteBuffer> words = word_per_rank(next.w, next.ranks);
+  next.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    for (std::size_t i = 0; i < 2; ++i) {
+      o.submit_next_level(next.whoami, word_output(words[i]), default_call_config(), next.ranks[i]);
+    }
+  });
+  CHECK(read_word(next.w, words[0]) == 1);
+  CHECK(read_word(next.w, words[1]) == 2);
 }
 
 }  // namespace
@@ -123,4 +149,26 @@ TEST_CASE("a freed buffer is refused by copies, frees and submits", "[buffers][u
   CHECK_THROWS_MATCHES(on.w.remote_free(b), UsageError, WhatContains("not a live buffer"));
   CHECK_THROWS_MATCHES(on.run_one(on.whoami, word_output(b), on.ranks.at(0)), UsageError,
                        WhatContains("lies in no live buffer of next-level worker 0"));
+}
+
+TEST_CASE("a rank serves one Worker at a time; a new one attaches once the holder is destroyed",
+          "[session]") {
+  std::vector<RemoteBuffer> old;
+  {
+    OnRanks first;
+    for (const WorkerId r : first.ranks) old.push_back(first.w.remote_alloc(r, over_half_a_pool()));
+    Worker second(l4_options());
+    CHECK_THROWS_MATCHES(second.add_mpi_workers(session()), UsageError,
+                         WhatContains("MPI rank 1 already serves another Worker"));
+  }
+  a_new_worker_attaches_afresh(old);
+}
+
+TEST_CASE("a rank serves one Worker at a time; a new one attaches once the holder is closed",
+          "[session]") {
+  OnRanks first;
+  std::vector<RemoteBuffer> old;
+  for (const WorkerId r : first.ranks) old.push_back(first.w.remote_alloc(r, over_half_a_pool()));
+  first.w.close();  // detached: each rank frees this session's buffers
+  a_new_worker_attaches_afresh(old);
 }
