@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mpi/mpi_app.hpp"
@@ -24,6 +28,22 @@ struct OnRanks {
   std::vector<WorkerId> ranks = w.add_mpi_workers(session());
 
   OnRanks() { w.init(); }
+  /// Copies to and from `b` and its free (and, with `alloc`, an allocation on its rank) each
+  /// throw UsageError naming `why`.
+  void each_memory_call_is_refused(const RemoteBuffer& b, const std::string& why, bool alloc) {
+    std::vector<std::int64_t> v(4);
+    const std::vector<std::pair<const char*, std::function<void()>>> calls = {
+        {"copy_to_remote", [&] { w.copy_to_remote(b, 0, v.data(), 32); }},
+        {"copy_from_remote", [&] { w.copy_from_remote(b, 0, v.data(), 32); }},
+        {"remote_free", [&] { w.remote_free(b); }},
+        {"remote_alloc", [&] { w.remote_alloc(b.worker(), 64); }},
+    };
+    for (const auto& [api, call] : calls) {
+      if (!alloc && std::string_view(api) == "remote_alloc") continue;
+      INFO(api);
+      CHECK_THROWS_MATCHES(call(), UsageError, WhatContains(why));
+    }
+  }
   /// Runs one task of `h` on `rank`.
   void run_one(const CallableHandle& h, TaskArgs a, WorkerId rank) {
     w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
@@ -123,30 +143,23 @@ TEST_CASE("submit refuses a callable the ranks do not serve, and tensors not in 
 TEST_CASE("remote memory calls during a run are refused", "[buffers][usage]") {
   OnRanks on;
   const RemoteBuffer b = on.w.remote_alloc(on.ranks.at(0), 64);
-  std::vector<std::int64_t> v(4);
   on.w.run([&](Orchestrator&, TaskArgsView, const CallConfig&) {
-    CHECK_THROWS_MATCHES(on.w.remote_alloc(on.ranks.at(0), 64), UsageError,
-                         WhatContains("not during a run"));
-    CHECK_THROWS_MATCHES(on.w.copy_to_remote(b, 0, v.data(), 32), UsageError,
-                         WhatContains("not during a run"));
-    CHECK_THROWS_MATCHES(on.w.copy_from_remote(b, 0, v.data(), 32), UsageError,
-                         WhatContains("not during a run"));
-    CHECK_THROWS_MATCHES(on.w.remote_free(b), UsageError, WhatContains("not during a run"));
+    on.each_memory_call_is_refused(b, "not during a run", true);
   });
+  // Between runs they work again, on the same buffer.
   CHECK(on.w.remote_alloc(on.ranks.at(0), 64).size() == 64);
-  on.w.copy_to_remote(b, 0, v.data(), 32);  // b lives on
+  std::vector<std::int64_t> v{1, 2, 3, 4};
+  on.w.copy_to_remote(b, 0, v.data(), 32);
+  CHECK(read_word(on.w, b) == 1);
+  on.w.remote_free(b);
 }
 
 TEST_CASE("a freed buffer is refused by copies, frees and submits", "[buffers][usage]") {
   OnRanks on;
   const RemoteBuffer b = on.w.remote_alloc(on.ranks.at(0), 256);
   on.w.remote_free(b);
-  std::vector<std::int64_t> v(4);
-  CHECK_THROWS_MATCHES(on.w.copy_to_remote(b, 0, v.data(), 8), UsageError,
-                       WhatContains("is not a live buffer of remote worker 0 (freed already"));
-  CHECK_THROWS_MATCHES(on.w.copy_from_remote(b, 0, v.data(), 8), UsageError,
-                       WhatContains("is not a live buffer of remote worker 0 (freed already"));
-  CHECK_THROWS_MATCHES(on.w.remote_free(b), UsageError, WhatContains("not a live buffer"));
+  on.each_memory_call_is_refused(b, "is not a live buffer of remote worker 0 (freed already",
+                                 false);
   CHECK_THROWS_MATCHES(on.run_one(on.whoami, word_output(b), on.ranks.at(0)), UsageError,
                        WhatContains("lies in no live buffer of next-level worker 0"));
 }
