@@ -7,10 +7,7 @@
 
 #include <fmt/format.h>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,17 +20,15 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <simpler/simpler.hpp>
 
+#include "support/commands.hpp"
 #include "support/gate.hpp"
 #include "support/remote_probes.hpp"
-
-extern char** environ;
 
 #ifndef SIMPLER_EXAMPLE_REMOTE_L3  // tests/CMakeLists.txt sets it when the examples are built
 #define SIMPLER_EXAMPLE_REMOTE_L3 ""
@@ -45,76 +40,6 @@ using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 
 namespace {
-
-struct CommandResult {
-  int code = -1;  ///< exit code; 124 when `timeout` cut it off; -1 when it did not exit
-  std::string output;
-};
-
-/// Spawns argv with stdout and stderr to `log`; returns the pid (throws when it cannot spawn).
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0)
-    throw std::runtime_error(fmt::format("cannot spawn {}: {}", argv[0], std::strerror(rc)));
-  return pid;
-}
-
-/// spawn() for a long-lived program that must die with the test even when the test is killed
-/// (PR_SET_PDEATHSIG survives the execs of `ip netns exec`, `unshare` and `sh -c 'exec ...'`).
-/// Forks: call it while this process has no threads of its own.
-pid_t spawn_tied(const std::vector<std::string>& argv, const std::string& log) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(126);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(126);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-/// Runs a command to its end, cut off after `seconds` (coreutils timeout), with its output.
-CommandResult run_command(std::vector<std::string> argv, const std::string& log, int seconds = 10) {
-  argv.insert(argv.begin(), {"timeout", "-k", "2", std::to_string(seconds)});
-  CommandResult r;
-  const pid_t pid = spawn(argv, log);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.output = slurp(log);
-  return r;
-}
-
-std::string join(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
-  return s;
-}
 
 /// A network namespace with one end of a veth pair, the remote_l3 server in it, and a scratch
 /// directory; the destructor takes all of it down, whatever happened.
@@ -255,7 +180,9 @@ std::string netns_unavailable() {
   const std::string log = std::string(dir) + "/probe.log";
   CommandResult r;
   try {
-    r = run_command({"ip", "netns", "list"}, log, 5);
+    CommandOptions quick;
+    quick.seconds = 5;
+    r = run_command({"ip", "netns", "list"}, log, quick);
   } catch (const std::exception& e) {
     r.output = e.what();
   }
