@@ -2,7 +2,10 @@
 // tests/mpi/mpi_faults.cpp as `timeout -k 5 20 mpirun ... -np 3 mpi_faults <scenario>` with a
 // marker unique to the test in the environment (the ranks and their forked subs inherit it), then
 // checks the exit code, the output, and /proc: no live process may carry the marker afterwards.
-// The watchdog is the deadline: a job that is cut off exits 124 and fails the test.
+// The watchdog is the deadline: a job that is cut off exits 124 and fails the test. One test puts
+// each rank on a fake host of its own (a network namespace with a private /dev/shm, launched by
+// mpirun's rsh agent); it needs root and `ip netns` and fails elsewhere unless
+// SIMPLER_ALLOW_NETNS_SKIP is set (then it passes with a warning: Catch2 2 has no SKIP).
 // Only in builds with the MPI transport and Open MPI's mpirun (tests/CMakeLists.txt defines
 // SIMPLER_MPI_FAULTS); elsewhere this file is empty.
 #ifdef SIMPLER_MPI_FAULTS
@@ -12,14 +15,20 @@
 #include <fmt/format.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/commands.hpp"
@@ -36,17 +45,24 @@ constexpr int kJobSeconds = 20;
 /// The processes of a job besides mpirun and timeout: 3 ranks, 2 forked subs on each serving rank.
 constexpr int kRanksAndSubs = 3 + 2 * 2;
 
-/// One mpi_faults job, run to its end by the constructor; the destructor kills whatever carries
-/// its marker still (only after a failed check) and removes its scratch directory.
+/// mpirun and the flags of every job on this host (cmake/SimplerMpi.cmake), without -np.
+std::vector<std::string> local_mpirun() {
+  return {SIMPLER_MPIRUN_ARGV};
+}
+
+/// One mpi_faults job, run to its end by the constructor (`mpirun` is the command line without
+/// -np); the destructor kills whatever carries its marker still (only after a failed check) and
+/// removes its scratch directory.
 class FaultJob {
  public:
-  explicit FaultJob(const std::string& scenario) {
+  explicit FaultJob(const std::string& scenario, std::vector<std::string> mpirun = local_mpirun()) {
     std::random_device rd;
     marker_ = fmt::format("mpi-faults-{}-{:08x}{:08x}", ::getpid(), rd(), rd());
     char dir[] = "/tmp/simpler-mpi-faults-XXXXXX";
     if (::mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp failed");
     dir_ = dir;
-    std::vector<std::string> argv{SIMPLER_MPIRUN_ARGV, "-np", "3", SIMPLER_MPI_FAULTS, scenario};
+    std::vector<std::string> argv = std::move(mpirun);
+    argv.insert(argv.end(), {"-np", "3", SIMPLER_MPI_FAULTS, scenario});
     CommandOptions o;
     o.seconds = kJobSeconds;
     o.kill_after = 5;
@@ -103,6 +119,158 @@ void check_ended_and_clean(const FaultJob& job, int min_marked) {
   const auto left = job.left_behind();
   INFO("processes left behind:" << describe(left));
   CHECK(left.empty());
+}
+
+/// Three fake hosts for mpirun: a network namespace each, joined by veth pairs to a bridge in this
+/// namespace (198.19.<pid % 256>.0/24: the bridge .1, the hosts .10-.12). mpirun's rsh launcher
+/// reaches them through an agent script that runs the daemon's command in the host's namespace
+/// with a /dev/shm of its own (ip netns exec, unshare -m), so each rank and its forked subs share
+/// neither network nor shared memory with the others. The destructor kills what is left in the
+/// namespaces and takes everything down, whatever happened.
+class NamespacedHosts {
+ public:
+  NamespacedHosts() {
+    const auto id = static_cast<unsigned>(::getpid());
+    prefix_ = fmt::format("smf{}", id);
+    subnet_ = fmt::format("198.19.{}", id % 256);
+    char dir[] = "/tmp/simpler-mpi-netns-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir_ = dir;
+  }
+  NamespacedHosts(const NamespacedHosts&) = delete;
+  NamespacedHosts& operator=(const NamespacedHosts&) = delete;
+  ~NamespacedHosts() {
+    for (int i = 0; i < kHosts; ++i) {
+      if (!ns_made_[i]) continue;
+      // Anything still running in the namespace is this test's (after a failed check): kill it
+      // by pid, or the namespace would outlive its name.
+      const CommandResult r = quietly({"ip", "netns", "pids", ns(i)});
+      std::istringstream pids(r.output);
+      for (long pid = 0; pids >> pid;) ::kill(static_cast<pid_t>(pid), SIGKILL);
+      quietly({"ip", "netns", "del", ns(i)});
+    }
+    // Deleting a namespace deletes its veth pair; these are for a half setup.
+    for (int i = 0; i < kHosts; ++i) {
+      if (link_made_[i]) quietly({"ip", "link", "del", host_if(i)});
+    }
+    if (bridge_made_) quietly({"ip", "link", "del", bridge()});
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  /// Why this host cannot make the namespaces, or empty.
+  std::string unavailable() {
+    if (::geteuid() != 0) return "it needs root (network namespaces, mounts)";
+    const CommandResult r = quietly({"ip", "netns", "list"});
+    if (r.code != 0) return fmt::format("`ip netns list` failed ({}): {}", r.code, r.output);
+    return {};
+  }
+
+  void create() {
+    must({"ip", "link", "add", bridge(), "type", "bridge"});
+    bridge_made_ = true;
+    must({"ip", "addr", "add", subnet_ + ".1/24", "dev", bridge()});
+    must({"ip", "link", "set", bridge(), "up"});
+    std::string agent_cases;
+    for (int i = 0; i < kHosts; ++i) {
+      must({"ip", "netns", "add", ns(i)});
+      ns_made_[i] = true;
+      must({"ip", "link", "add", host_if(i), "type", "veth", "peer", "name", ns_if(i)});
+      link_made_[i] = true;
+      must({"ip", "link", "set", ns_if(i), "netns", ns(i)});
+      must({"ip", "link", "set", host_if(i), "master", bridge()});
+      must({"ip", "link", "set", host_if(i), "up"});
+      must({"ip", "netns", "exec", ns(i), "ip", "addr", "add", ip(i) + "/24", "dev", ns_if(i)});
+      must({"ip", "netns", "exec", ns(i), "ip", "link", "set", ns_if(i), "up"});
+      must({"ip", "netns", "exec", ns(i), "ip", "link", "set", "lo", "up"});
+      agent_cases += fmt::format("  {}) ns={} ;;\n", ip(i), ns(i));
+    }
+    // mpirun calls it as ssh: `agent HOST COMMAND...`, the command to be run by a shell.
+    std::ofstream(agent()) << fmt::format(
+        "#!/bin/sh\n"
+        "host=$1\n"
+        "shift\n"
+        "case \"$host\" in\n{}"
+        "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\n"
+        "esac\n"
+        "exec ip netns exec \"$ns\" unshare -m sh -c "
+        "'mount -t tmpfs tmpfs /dev/shm && exec sh -c \"$0\"' \"$*\"\n",
+        agent_cases);
+    if (::chmod(agent().c_str(), 0755) != 0) throw std::runtime_error("chmod failed");
+  }
+
+  /// mpirun's command line (without -np) for one rank per host, rank i on host i: the flags of
+  /// every job, with MPI traffic and mpirun's own channel on the bridge's subnet, not loopback.
+  [[nodiscard]] std::vector<std::string> mpirun() const {
+    const std::vector<std::string> local = local_mpirun();
+    std::vector<std::string> argv;
+    for (std::size_t i = 0; i < local.size(); ++i) {
+      if (local[i] == "--mca" && i + 1 < local.size() &&
+          (local[i + 1] == "btl_tcp_if_include" || local[i + 1] == "oob_tcp_if_include")) {
+        i += 2;  // the interface: set below
+        continue;
+      }
+      argv.push_back(local[i]);
+    }
+    const std::string net = subnet_ + ".0/24";
+    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", net, "--mca", "oob_tcp_if_include", net,
+                             "--mca", "plm_rsh_agent", agent(), "--mca", "plm_rsh_no_tree_spawn",
+                             "1", "--host", fmt::format("{},{},{}", ip(0), ip(1), ip(2))});
+    return argv;
+  }
+
+  [[nodiscard]] std::string ip(int i) const { return fmt::format("{}.{}", subnet_, 10 + i); }
+
+ private:
+  static constexpr int kHosts = 3;
+
+  [[nodiscard]] std::string ns(int i) const { return fmt::format("{}-{}", prefix_, i); }
+  [[nodiscard]] std::string bridge() const { return prefix_ + "b"; }
+  [[nodiscard]] std::string host_if(int i) const { return fmt::format("{}h{}", prefix_, i); }
+  [[nodiscard]] std::string ns_if(int i) const { return fmt::format("{}n{}", prefix_, i); }
+  [[nodiscard]] std::string agent() const { return dir_ + "/agent.sh"; }
+
+  /// Runs a setup command; on failure the message names it and its output.
+  void must(const std::vector<std::string>& argv) {
+    const CommandResult r = run_command(argv, dir_ + "/cmd.log");
+    if (r.code != 0) {
+      throw std::runtime_error(
+          fmt::format("`{}` exited with {}: {}", join(argv), r.code, r.output));
+    }
+  }
+  CommandResult quietly(const std::vector<std::string>& argv) noexcept {
+    try {
+      CommandOptions quick;
+      quick.seconds = 5;
+      return run_command(argv, dir_ + "/quiet.log", quick);
+    } catch (const std::exception& e) {
+      CommandResult r;
+      r.output = e.what();
+      return r;
+    }
+  }
+
+  std::string prefix_, subnet_, dir_;
+  std::array<bool, kHosts> ns_made_{};
+  std::array<bool, kHosts> link_made_{};
+  bool bridge_made_ = false;
+};
+
+/// The namespaces each rank said it runs in: rank -> {"net:[...]", "mnt:[...]"}.
+std::map<int, std::pair<std::string, std::string>> where_ranks_ran(const std::string& output) {
+  std::map<int, std::pair<std::string, std::string>> out;
+  static const std::regex re(
+      R"(mpi_faults: rank ([0-9]+) runs in (net:\[[0-9]+\]) (mnt:\[[0-9]+\]))");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    out[std::stoi((*it)[1])] = {(*it)[2], (*it)[3]};
+  }
+  return out;
+}
+
+std::string own_namespace(const char* kind) {
+  std::error_code ec;
+  return std::filesystem::read_symlink(fmt::format("/proc/self/ns/{}", kind), ec).string();
 }
 
 }  // namespace
@@ -176,6 +344,50 @@ TEST_CASE("a message with a tag the protocol does not use ends the job on the ra
                                Contains("rank 0 broke the protocol: a message with tag 7 between "
                                         "frames; ending the job (MPI is fail-stop)"));
   check_ended_and_clean(job, kRanksAndSubs);
+}
+
+TEST_CASE("MPI ranks in separate network namespaces run tasks and a killed one still ends the job",
+          "[mpi][netns]") {
+  NamespacedHosts hosts;
+  if (const std::string why = hosts.unavailable(); !why.empty()) {
+    if (std::getenv("SIMPLER_ALLOW_NETNS_SKIP") != nullptr) {
+      WARN("skipped (SIMPLER_ALLOW_NETNS_SKIP is set): " << why);
+      return;
+    }
+    FAIL("this test puts MPI ranks in network namespaces, and "
+         << why << "; run as root, or set SIMPLER_ALLOW_NETNS_SKIP to skip it");
+  }
+  hosts.create();
+  {
+    FaultJob job("throw", hosts.mpirun());
+    INFO(job.summary());
+    CHECK(job.code() == 0);
+    CHECK_THAT(job.output(), Contains("mpi_faults: 'fail' failed as asked on rank 2") &&
+                                 Contains("mpi_faults: the next run works"));
+    // Each rank in a network and a mount namespace (its own /dev/shm) other than this test's,
+    // and no two ranks in the same network namespace.
+    const auto where = where_ranks_ran(job.output());
+    REQUIRE(where.size() == 3);
+    const std::string net = own_namespace("net");
+    const std::string mnt = own_namespace("mnt");
+    for (const auto& [rank, ns] : where) {
+      INFO("rank " << rank << " ran in " << ns.first << " " << ns.second);
+      CHECK(ns.first != net);
+      CHECK(ns.second != mnt);
+    }
+    CHECK(where.at(0).first != where.at(1).first);
+    CHECK(where.at(0).first != where.at(2).first);
+    CHECK(where.at(1).first != where.at(2).first);
+    check_ended_and_clean(job, kRanksAndSubs);
+  }
+  {
+    FaultJob job("kill", hosts.mpirun());
+    INFO(job.summary());
+    CHECK(job.code() != 0);
+    CHECK_THAT(job.output(), Contains("process rank 2") && Contains("on node " + hosts.ip(2)) &&
+                                 Contains("exited on signal 9"));
+    check_ended_and_clean(job, kRanksAndSubs);
+  }
 }
 
 #endif  // SIMPLER_MPI_FAULTS

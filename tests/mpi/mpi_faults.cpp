@@ -14,13 +14,15 @@
 //   throw      a sub task of 'fail' on rank 2 throws: rank 0's run() throws a TaskError, the
 //              next run works, exit 0.
 //   setup      rank 2's setup throws: rank 0's init() throws RemoteError naming rank 2, exit 0.
-//   bad_frame  rank 2 answers rank 0's HELLO with a frame of another session (sent by its
-//              after_start hook on the Session's communicator): rank 0 ends the job.
+//   bad_frame  rank 2's after_start hook sends rank 0 a frame of another session on the
+//              Session's communicator; rank 0 takes it for the answer to its HELLO and ends the
+//              job.
 //   stray_tag  rank 0 sends rank 2 a message with a tag the protocol does not use: rank 2 ends
 //              the job.
-// After init() rank 0 prints how many live processes carry the marker (the test checks that the
-// marker reached the ranks and their forked subs; bad_frame ends the job before). Rank 0 exits 3
-// when a fault that must end the job did not, 4 on an unexpected error.
+// Every rank prints the network and mount namespaces it runs in. After init() rank 0 prints how
+// many live processes carry the marker (the test checks that the marker reached the ranks and
+// their forked subs; bad_frame ends the job before). Rank 0 exits 3 when a fault that must end
+// the job did not, 4 on an unexpected error.
 #include <simpler/mpi/mpi.hpp>
 #include <simpler/simpler.hpp>
 
@@ -63,8 +65,20 @@ void say(fmt::format_string<A...> f, A&&... a) {
   std::fflush(stdout);
 }
 
+/// Says which network and mount namespaces this rank runs in (the network-namespace test checks
+/// that the ranks are apart).
+void say_where(int rank) {
+  const auto ns = [](const char* kind) {
+    char buf[64] = {};
+    const ssize_t n = ::readlink(fmt::format("/proc/self/ns/{}", kind).c_str(), buf, sizeof(buf));
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("?");
+  };
+  say("rank {} runs in {} {}", rank, ns("net"), ns("mnt"));
+}
+
 /// What a serving rank registers: subs on its inner L3 and the orchestrations rank 0 submits.
 void setup_rank(RemoteSession& rs, int rank, std::string_view scenario) {
+  say_where(rank);
   Worker& w = rs.worker();
   const auto hold_sub = w.register_sub("hold", [](TaskArgsView v) {
     std::this_thread::sleep_for(std::chrono::milliseconds(v.scalar(0)));
@@ -134,6 +148,7 @@ void count_marked_processes() {
 }
 
 int drive(mpi::Session& s, std::string_view scenario) {
+  say_where(0);
   WorkerOptions o4;
   o4.level = 4;
   Worker w4(o4);
