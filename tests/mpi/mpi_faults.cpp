@@ -10,6 +10,7 @@
 // Scenarios:
 //   kill       'die' on rank 2 raises SIGKILL once its sub holds a task, while rank 1's sub holds
 //              one too: mpirun ends the job (rank 0 never gets an answer).
+//   root_dies  rank 0 raises SIGKILL while both ranks' subs hold tasks: mpirun ends the job.
 //   deadline   'stall' on rank 2 never returns; its 300 ms deadline on rank 0 ends the job.
 //   throw      a sub task of 'fail' on rank 2 throws: rank 0's run() throws a TaskError, the
 //              next run works, exit 0.
@@ -19,6 +20,9 @@
 //              job.
 //   stray_tag  rank 0 sends rank 2 a message with a tag the protocol does not use: rank 2 ends
 //              the job.
+//   stuck_setup  rank 2's setup never returns, so it never starts MPI; rank 0's attach_timeout
+//              is 1 s. Today rank 0 waits in MPI_Init_thread (whose start-up exchange needs every
+//              rank) without a deadline, and only a watchdog ends the job.
 // Every rank prints the network and mount namespaces it runs in. After init() rank 0 prints how
 // many live processes carry the marker (the test checks that the marker reached the ranks and
 // their forked subs; bad_frame ends the job before). Rank 0 exits 3 when a fault that must end
@@ -53,7 +57,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::array kScenarios{"kill", "deadline", "throw", "setup", "bad_frame", "stray_tag"};
+constexpr std::array kScenarios{"kill",  "root_dies", "deadline",  "throw",
+                                "setup", "bad_frame", "stray_tag", "stuck_setup"};
 /// How long a held sub task sleeps: far past any test's watchdog (the job's end kills it).
 constexpr std::uint64_t kHoldMs = 60'000;
 constexpr std::uint64_t kBogusSession = 0xbad5e55;
@@ -121,6 +126,10 @@ void setup_rank(RemoteSession& rs, int rank, std::string_view scenario) {
   if (scenario == "setup" && rank == 2) {
     throw std::runtime_error("mpi_faults: rank 2's setup failed as asked");
   }
+  if (scenario == "stuck_setup" && rank == 2) {
+    say("rank 2's setup never returns");
+    for (;;) ::pause();
+  }
 }
 
 /// bad_frame on rank 2: a well-formed HELLO header of another session, ahead of the real answer.
@@ -180,6 +189,21 @@ int drive(mpi::Session& s, std::string_view scenario) {
     w4.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
       o.submit_next_level(hold, TaskArgs().add_scalar(kHoldMs), default_call_config(), rank1);
       o.submit_next_level(die, {}, default_call_config(), rank2);
+    });
+  } else if (scenario == "root_dies") {
+    w4.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      const auto a =
+          o.submit_next_level(hold, TaskArgs().add_scalar(kHoldMs), default_call_config(), rank1);
+      const auto b =
+          o.submit_next_level(hold, TaskArgs().add_scalar(kHoldMs), default_call_config(), rank2);
+      if (!testing::eventually([&] {
+            return o.state_of(a.slot_id) == TaskState::Running &&
+                   o.state_of(b.slot_id) == TaskState::Running;
+          })) {
+        throw std::runtime_error("mpi_faults: the held tasks never started");
+      }
+      say("rank 0 (pid {}) raises SIGKILL", ::getpid());
+      ::raise(SIGKILL);
     });
   } else if (scenario == "deadline") {
     CallConfig c = default_call_config();
@@ -246,7 +270,9 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1];
   try {
-    mpi::Session s(argc, argv);
+    mpi::SessionOptions so;
+    if (scenario == "stuck_setup") so.attach_timeout = 1s;
+    mpi::Session s(argc, argv, so);
     if (s.size() != 3) {
       std::fprintf(stderr, "mpi_faults: run it with 3 ranks (mpirun -np 3)\n");
       return 2;
