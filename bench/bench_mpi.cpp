@@ -143,14 +143,14 @@ Sizes sizes_of(const sb::Options& o) {
 
 // Frame sizes of one empty task as the link sends them: a TASK with the default CallConfig and
 // one tensor, a COMPLETION with an ok status (the ping-pong moves the same bytes).
-std::size_t task_frame_bytes() {
+std::size_t task_frame_bytes(int tensors = 1) {
   std::vector<std::byte> out;
   ContinuousTensor t =
       make_tensor(reinterpret_cast<void*>(std::uintptr_t{1}), {1}, DataType::Int64);
   t.child_memory = 1;
   TaskArgsView v;
-  v.tensor_count = 1;
-  v.tensors = &t;
+  v.tensor_count = tensors;
+  v.tensors = tensors > 0 ? &t : nullptr;
   wire::encode_task(1, default_call_config(), v, out);
   return wire::kHeaderBytes + out.size();
 }
@@ -206,7 +206,7 @@ Dist add_dist(sb::Report& rep, const std::string& scenario, const std::string& c
 }
 
 /// A barrier that sleeps while it waits (MPI_Barrier spins): the serving ranks wait in it while
-/// rank 0 measures the cross-core probe.
+/// rank 0 measures the cross-core probe, and a rank a raw phase does not use waits in it.
 void quiet_barrier(MPI_Comm w, bool sleep) {
   MPI_Request req;
   mpi_ok(MPI_Ibarrier(w, &req), "MPI_Ibarrier");
@@ -214,19 +214,81 @@ void quiet_barrier(MPI_Comm w, bool sleep) {
     int done = 0;
     mpi_ok(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (barrier)");
     if (done != 0) return;
-    if (sleep) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (sleep) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
 
 // ---- The raw MPI baselines on MPI_COMM_WORLD: both sides run exactly these counts.
 
 struct RawResults {
-  std::vector<double> pingpong_ns;  ///< per round trip, measured rounds only
-  double send_first_ns = 0;         ///< 0 -> 1 into fresh pages on rank 1
-  std::vector<double> send_ns;      ///< 0 -> 1, measured repetitions
-  double recv_first_ns = 0;         ///< 1 -> 0, first transfer
-  std::vector<double> recv_ns;      ///< 1 -> 0, measured repetitions
+  std::vector<double> pingpong_ns;                   ///< per round trip, measured rounds only
+  double send_first_ns = 0;                          ///< 0 -> 1 into fresh pages on rank 1
+  std::vector<double> send_ns;                       ///< 0 -> 1, measured repetitions
+  double recv_first_ns = 0;                          ///< 1 -> 0, first transfer
+  std::vector<double> recv_ns;                       ///< 1 -> 0, measured repetitions
+  std::vector<double> stream_two_ns, stream_one_ns;  ///< per task, measured repetitions
 };
+
+// The raw throughput baseline: `tasks` TASK-sized messages, each answered by a COMPLETION-sized
+// one, round-robin over ranks 1..over with at most `window` unanswered per rank (what the lanes
+// do, from one thread). Rank r answers the messages i with i % over == r - 1.
+std::uint64_t stream_share(std::uint32_t tasks, int over, int r) {
+  if (r > over) return 0;
+  return tasks / over + (static_cast<std::uint32_t>(r - 1) < tasks % over ? 1 : 0);
+}
+
+double raw_stream(int over, std::uint32_t tasks, std::uint32_t window) {
+  std::vector<char> req(task_frame_bytes(0)), rep(completion_frame_bytes());
+  const int req_n = static_cast<int>(req.size()), rep_n = static_cast<int>(rep.size());
+  std::vector<std::uint32_t> inflight(static_cast<std::size_t>(over) + 1, 0);
+  const MPI_Comm w = MPI_COMM_WORLD;
+  return sb::time_ns([&] {
+    for (std::uint32_t i = 0; i < tasks; ++i) {
+      const int r = 1 + static_cast<int>(i % static_cast<std::uint32_t>(over));
+      auto& n = inflight[static_cast<std::size_t>(r)];
+      if (n == window) {
+        mpi_ok(MPI_Recv(rep.data(), rep_n, MPI_BYTE, r, kPingTag, w, MPI_STATUS_IGNORE),
+               "MPI_Recv (stream)");
+        --n;
+      }
+      mpi_ok(MPI_Send(req.data(), req_n, MPI_BYTE, r, kPingTag, w), "MPI_Send (stream)");
+      ++n;
+    }
+    for (int r = 1; r <= over; ++r) {
+      for (; inflight[static_cast<std::size_t>(r)] > 0; --inflight[static_cast<std::size_t>(r)]) {
+        mpi_ok(MPI_Recv(rep.data(), rep_n, MPI_BYTE, r, kPingTag, w, MPI_STATUS_IGNORE),
+               "MPI_Recv (stream)");
+      }
+    }
+  });
+}
+
+void raw_echo(std::uint64_t n) {
+  std::vector<char> req(task_frame_bytes(0)), rep(completion_frame_bytes());
+  const int req_n = static_cast<int>(req.size()), rep_n = static_cast<int>(rep.size());
+  for (std::uint64_t i = 0; i < n; ++i) {
+    mpi_ok(MPI_Recv(req.data(), req_n, MPI_BYTE, 0, kPingTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+           "MPI_Recv (stream)");
+    mpi_ok(MPI_Send(rep.data(), rep_n, MPI_BYTE, 0, kPingTag, MPI_COMM_WORLD), "MPI_Send (stream)");
+  }
+}
+
+/// Every rank's part of the raw throughput rounds (A B A B: two ranks, one rank); a rank without
+/// messages in a phase waits in a sleeping barrier, as an idle serving rank sleeps.
+void raw_streams(int rank, const MpiArgs& a, const Sizes& sz, RawResults* r) {
+  for (int round = 0; round < sz.warmup + sz.reps; ++round) {
+    for (const int over : {2, 1}) {
+      quiet_barrier(MPI_COMM_WORLD, rank != 0);
+      if (rank == 0) {
+        const double ns = raw_stream(over, sz.tasks, a.so.window) / sz.tasks;
+        if (round >= sz.warmup) (over == 2 ? r->stream_two_ns : r->stream_one_ns).push_back(ns);
+      } else {
+        raw_echo(stream_share(sz.tasks, over, rank));
+      }
+    }
+  }
+  quiet_barrier(MPI_COMM_WORLD, rank != 0);
+}
 
 /// Rank 0's side.
 RawResults raw_rank0(const MpiArgs& a, const Sizes& sz, std::vector<char>& src,
@@ -248,6 +310,7 @@ RawResults raw_rank0(const MpiArgs& a, const Sizes& sz, std::vector<char>& src,
       }
     }
   }
+  if (a.tp) raw_streams(0, a, sz, &r);
   if (a.copy) {
     const int n = static_cast<int>(sz.copy_bytes);
     char ack = 0;
@@ -289,6 +352,7 @@ void raw_rank1(const MpiArgs& a, const Sizes& sz) {
       mpi_ok(MPI_Send(rep.data(), rep_n, MPI_BYTE, 0, kPingTag, w), "MPI_Send (pong)");
     }
   }
+  if (a.tp) raw_streams(1, a, sz, nullptr);
   if (a.copy) {
     // Not touched before the first receive: fresh pages, as a fresh remote buffer's.
     std::unique_ptr<char[]> buf(new char[sz.copy_bytes]);
@@ -449,14 +513,26 @@ int run_rank0(mpi::Session& s, const MpiArgs& a, const Sizes& sz) {
                   },
                   static_cast<double>(sz.tasks)});
     sb::run_scenario(rep, "tp", "ns/task", tp);
-    const sb::Row* two = rep.find("tp", "two_ranks");
-    const sb::Row* one = rep.find("tp", "one_rank");
-    if (two != nullptr && one != nullptr) {
-      rep.ratio_value("tp", "two_ranks_tasks_per_s", 1e9 / two->stats.median, two->stats.reps);
-      rep.ratio_value("tp", "one_rank_tasks_per_s", 1e9 / one->stats.median, one->stats.reps);
-      rep.ratio_value("tp", "rate(two_ranks)/rate(one_rank)", one->stats.median / two->stats.median,
-                      two->stats.reps);
+    rep.add("tp", "raw_mpi_two_ranks", "ns/task", sb::summarise(raw.stream_two_ns));
+    rep.add("tp", "raw_mpi_one_rank", "ns/task", sb::summarise(raw.stream_one_ns));
+    for (const char* c : {"two_ranks", "one_rank", "raw_mpi_two_ranks", "raw_mpi_one_rank"}) {
+      if (const sb::Row* r = rep.find("tp", c)) {
+        rep.ratio_value("tp", fmt::format("{}_tasks_per_s", c), 1e9 / r->stats.median,
+                        r->stats.reps);
+      }
     }
+    // The target: rate(two)/rate(one) = time(one)/time(two); and each against raw MPI (time).
+    const auto rate_ratio = [&](const char* two, const char* one) {
+      const sb::Row* t = rep.find("tp", two);
+      const sb::Row* o = rep.find("tp", one);
+      if (t == nullptr || o == nullptr || t->stats.median <= 0) return;
+      rep.ratio_value("tp", fmt::format("rate({})/rate({})", two, one),
+                      o->stats.median / t->stats.median, std::min(t->stats.reps, o->stats.reps));
+    };
+    rate_ratio("two_ranks", "one_rank");
+    rate_ratio("raw_mpi_two_ranks", "raw_mpi_one_rank");
+    rep.ratio("tp", "two_ranks", "raw_mpi_two_ranks");
+    rep.ratio("tp", "one_rank", "raw_mpi_one_rank");
   }
 
   // ---- copy: 256 MiB to rank 1 and back.
@@ -527,6 +603,7 @@ int run(int argc, char** argv) {
                    [&](mpi::Session& ss) {
                      quiet_barrier(ss.world(), true);
                      if (ss.rank() == 1) raw_rank1(a, sz);
+                     if (ss.rank() == 2 && a.tp) raw_streams(2, a, sz, nullptr);
                    });
   }
   return run_rank0(s, a, sz);
