@@ -388,7 +388,7 @@ TEST_CASE("a remote buffer refuses ranges outside it and uses after its free",
   w.close();
 }
 
-TEST_CASE("an allocation over the server's largest buffer is a RemoteError; the link lives on",
+TEST_CASE("an allocation over the server's largest buffer is a RemoteError, and the link lives on",
           "[remote][buffer]") {
   RemoteServerOptions o = server_options();
   o.max_buffer_bytes = std::uint64_t{1} << 20;

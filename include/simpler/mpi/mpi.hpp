@@ -53,6 +53,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -234,6 +235,10 @@ class Session {
     MPI_Initialized(&already);
     int provided = MPI_THREAD_SINGLE;
     if (already == 0) {
+      // MPI_Init waits for every rank to start MPI. A rank stuck before (its setup or its inner
+      // Worker's init() hangs) would hold rank 0 here for ever: rank 0 bounds it by the attach
+      // timeout. (Serving ranks may wait: rank 0 starts MPI when its program gets there.)
+      StartWatchdog watchdog(*this, rank_ == 0 && size_ > 1);
       if (MPI_Init_thread(argc_, argv_, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
         std::fprintf(stderr, "simpler mpi: rank %d (%s): MPI_Init_thread failed\n", rank_,
                      host_.c_str());
@@ -294,7 +299,7 @@ class Session {
   /// throws UsageError when another Worker holds it.
   std::shared_ptr<simpler::detail::RankLink> claim(int rank);
 
-  // ---- For the links (internal).
+  // ---- For the links (internal; public for tests that inject bad messages on comm()).
 
   /// Throws nothing: a failed MPI call ends the job.
   void check(int rc, const char* call) const noexcept {
@@ -400,6 +405,56 @@ class Session {
  private:
   class Server;
   friend class detail::RankLinkImpl;
+
+  /// The line every fail-stop ending writes first.
+  void say_ending(std::string_view why) const noexcept {
+    try {
+      const std::string line =
+          fmt::format("simpler mpi: rank {} ({}, pid {}): {}; ending the job (MPI is fail-stop)\n",
+                      rank_, host_, ::getpid(), why);
+      std::fputs(line.c_str(), stderr);
+    } catch (...) {
+      std::fputs("simpler mpi: ending the job (MPI is fail-stop)\n", stderr);
+    }
+    std::fflush(nullptr);
+  }
+
+  /// Ends the process (mpirun then ends the job) when MPI_Init does not return within the attach
+  /// timeout. Makes no MPI call: MPI is not started.
+  class StartWatchdog {
+   public:
+    StartWatchdog(const Session& s, bool armed) : s_(s) {
+      if (!armed) return;
+      thread_ = std::thread([this] {
+        std::unique_lock lk(mu_);
+        if (!cv_.wait_for(lk, s_.options_.attach_timeout, [this] { return done_; })) {
+          s_.say_ending(fmt::format(
+              "MPI did not start within {} ms (attach_timeout): a rank is stuck before it starts "
+              "MPI (its setup or its inner Worker's init() does not return), or did not start",
+              s_.options_.attach_timeout.count()));
+          std::_Exit(1);
+        }
+      });
+    }
+    StartWatchdog(const StartWatchdog&) = delete;
+    StartWatchdog& operator=(const StartWatchdog&) = delete;
+    ~StartWatchdog() {
+      if (!thread_.joinable()) return;
+      {
+        std::lock_guard lk(mu_);
+        done_ = true;
+      }
+      cv_.notify_all();
+      thread_.join();
+    }
+
+   private:
+    const Session& s_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool done_ = false;
+    std::thread thread_;
+  };
 
   int* argc_;
   char*** argv_;
