@@ -4,13 +4,14 @@
 //
 //   mpiexec --oversubscribe --bind-to none --mca btl self,tcp -np 3 bench_mpi [--tiny] ...
 //
-// Ranks 1 and 2 serve an empty orchestration function. The raw MPI baselines run on
-// MPI_COMM_WORLD before the serving loop (rank 0 right after Session::start(), ranks 1..N-1 in
-// serve()'s after_start hook); every rank derives the iteration counts from the same argv, so
-// both sides agree on them. Raw and simpler figures therefore come from the same process pair a
-// few seconds apart, not interleaved A B A B (the serving ranks cannot leave their loop); the
-// cross-core probe is printed at the start and at the end so a latency-mode switch in between
-// shows.
+// Ranks 1 and 2 serve an empty orchestration function (and one that sleeps). The raw MPI
+// baselines run on MPI_COMM_WORLD before the serving loop (rank 0 right after Session::start(),
+// ranks 1..N-1 in serve()'s after_start hook); every rank derives the iteration counts from the
+// same argv, so both sides agree on them. A rank a raw phase does not use waits in a barrier that
+// sleeps, as an idle serving rank does. Raw and simpler figures therefore come from the same
+// processes a few seconds apart, not interleaved A B A B (the serving ranks cannot leave their
+// loop); the cross-core probe is printed at the start and at the end so a latency-mode switch in
+// between shows.
 //
 // Scenario rt (latency): sequential single-task run()s, each one submit_next_level of the empty
 //   orchestration to rank 1; median / p90 / p99 per run, against a raw MPI_Send/MPI_Recv
@@ -20,18 +21,24 @@
 //   and the same single-task run() on an L3 Worker nested in this process on a thread (the
 //   engine's share without a transport).
 // Scenario tp (throughput): 10k independent empty tasks in one run, round-robin over ranks 1 and
-//   2, against the same 10k on rank 1 alone, interleaved A B A B (and the nested local L3 as the
-//   engine's ceiling). Target: rate(2)/rate(1) >= 1.8.
+//   2, against the same 10k on rank 1 alone, interleaved A B A B. Target: rate(2)/rate(1) >= 1.8.
+//   Beside it: a raw MPI stream with the same window over the same ranks (what this host
+//   allows: three processes on its cores), the nested local L3 (the engine's ceiling), the CPU
+//   time of the whole job per task (all threads of all ranks, from /proc) with the cores it kept
+//   busy, and tp_nap: 2000 tasks that sleep 100 us on their rank, 2 ranks vs 1 (the overlap the
+//   transport gives when the ranks do not compete with rank 0 for cores; ideal 2).
 // Scenario copy: copy_to_remote / copy_from_remote of 256 MiB (8 MiB with --tiny) to rank 1,
 //   against a raw MPI_Send of the same size (0 -> 1, and 1 -> 0). The first copy into a fresh
 //   remote buffer (fresh pages) is reported apart from the repeated ones into the same buffer;
 //   the raw side likewise. Target: raw/remote time >= 0.8.
 //
-// MPI tunables (every rank reads them; see mpi::SessionOptions): --window N, --poll-spin-us N,
-// --poll-yield-us N, --max-poll-sleep-us N. --only rt,tp,copy runs a subset.
+// Tunables (every rank reads them): mpi::SessionOptions --window N, --poll-spin-us N,
+// --poll-yield-us N, --max-poll-sleep-us N; WorkerOptions::spin of rank 0's Workers
+// --l4-spin-us N and of the ranks' L3s --l3-spin-us N. --only rt,tp,copy runs a subset.
 #include <fmt/format.h>
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -40,6 +47,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -57,15 +65,17 @@ namespace {
 
 constexpr int kPingTag = 101;
 constexpr int kBulkTag = 102;
+constexpr std::uint64_t kNapUs = 100;
 
 // ---- Options: the harness's, plus the MPI tunables and a scenario filter.
 
 struct MpiArgs {
   sb::Options opt;
   mpi::SessionOptions so;
-  /// WorkerOptions::spin of every Worker here (the L4, the ranks' L3s, the local reference);
+  /// WorkerOptions::spin of the L4 (and the local reference) and of the ranks' L3 Workers;
   /// negative = the default.
-  long engine_spin_us = -1;
+  long l4_spin_us = -1;
+  long l3_spin_us = -1;
   bool rt = true, tp = true, copy = true;
   std::string tunables;  ///< as given, for the header line
 };
@@ -95,8 +105,10 @@ MpiArgs parse_args(int argc, char** argv) {
     } else if (f == "--max-poll-sleep-us" && has_value) {
       a.so.max_poll_sleep =
           std::chrono::microseconds(parse_long(f.c_str(), argv[++i], 1, 10'000'000));
-    } else if (f == "--engine-spin-us" && has_value) {
-      a.engine_spin_us = parse_long(f.c_str(), argv[++i], 0, 10'000'000);
+    } else if (f == "--l4-spin-us" && has_value) {
+      a.l4_spin_us = parse_long(f.c_str(), argv[++i], 0, 10'000'000);
+    } else if (f == "--l3-spin-us" && has_value) {
+      a.l3_spin_us = parse_long(f.c_str(), argv[++i], 0, 10'000'000);
     } else if (f == "--only" && has_value) {
       const std::string v = argv[++i];
       a.rt = v.find("rt") != std::string::npos;
@@ -116,7 +128,8 @@ MpiArgs parse_args(int argc, char** argv) {
       "  --poll-spin-us N      mpi::SessionOptions::poll_spin\n"
       "  --poll-yield-us N     mpi::SessionOptions::poll_yield\n"
       "  --max-poll-sleep-us N mpi::SessionOptions::max_poll_sleep\n"
-      "  --engine-spin-us N    WorkerOptions::spin of every Worker (L4, ranks' L3s)\n"
+      "  --l4-spin-us N        WorkerOptions::spin of rank 0's Workers\n"
+      "  --l3-spin-us N        WorkerOptions::spin of the ranks' L3 Workers\n"
       "  --only LIST           a subset of rt,tp,copy\n");
   if (a.opt.gap_ms < 0) a.opt.gap_ms = a.opt.tiny ? 0 : 20;
   a.so.log = false;
@@ -129,6 +142,7 @@ struct Sizes {
   std::uint32_t per_round;  ///< single-task runs (and raw ping-pongs) per repetition
   std::uint32_t chain;      ///< hops of the chained scenario
   std::uint32_t tasks;      ///< throughput scenario
+  std::uint32_t naps;       ///< throughput of tasks that sleep kNapUs on their rank
   std::uint64_t copy_bytes;
   int warmup;
   int reps;
@@ -141,7 +155,8 @@ struct Sizes {
 };
 
 Sizes sizes_of(const sb::Options& o) {
-  Sizes s = o.tiny ? Sizes{20, 50, 200, 8U << 20, 0, 1} : Sizes{500, 2000, 10000, 256U << 20, 2, 7};
+  Sizes s = o.tiny ? Sizes{20, 50, 200, 40, 8U << 20, 0, 1}
+                   : Sizes{500, 2000, 10000, 2000, 256U << 20, 2, 7};
   s.warmup = o.warmup;
   s.reps = o.reps;
   return s;
@@ -230,6 +245,65 @@ void quiet_barrier(MPI_Comm w, bool sleep) {
   }
 }
 
+// ---- CPU time of the whole job (all threads of all ranks: they share this host), to show
+// whether a throughput figure is bound by the host's cores.
+
+/// Rank 0 learns every rank's pid (the others pass nullptr).
+void gather_pids(std::vector<int>* out) {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int me = static_cast<int>(::getpid());
+  if (out != nullptr) out->resize(static_cast<std::size_t>(size));
+  mpi_ok(MPI_Gather(&me, 1, MPI_INT, out != nullptr ? out->data() : nullptr, 1, MPI_INT, 0,
+                    MPI_COMM_WORLD),
+         "MPI_Gather (pids)");
+}
+
+/// Nanoseconds on a CPU of every thread of `pids` so far (/proc/<pid>/task/<tid>/schedstat).
+double cpu_ns(const std::vector<int>& pids) {
+  double sum = 0;
+  for (const int pid : pids) {
+    std::error_code ec;
+    for (const auto& t :
+         std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+      if (FILE* f = std::fopen((t.path() / "schedstat").c_str(), "r")) {
+        unsigned long long ns = 0;
+        if (std::fscanf(f, "%llu", &ns) == 1) sum += static_cast<double>(ns);
+        std::fclose(f);
+      }
+    }
+  }
+  return sum;
+}
+
+struct CpuMeter {
+  double cpu = 0, wall = 0, units = 0;
+  void add(double c, double w, double n) {
+    cpu += c;
+    wall += w;
+    units += n;
+  }
+  /// Adds "cpu ns/<unit>" and "cores busy" for `contender` to scenario `scenario`_cpu.
+  void report(sb::Report& rep, const std::string& scenario, const std::string& contender) const {
+    if (units <= 0 || wall <= 0) return;
+    rep.ratio_value(scenario + "_cpu", contender + "_cpu_ns_per_task", cpu / units, 1);
+    rep.ratio_value(scenario + "_cpu", contender + "_cores_busy", cpu / wall, 1);
+  }
+};
+
+/// Wraps a contender so that its CPU time over the whole job accumulates in `m`.
+sb::Contender metered(sb::Contender c, const std::vector<int>& pids, CpuMeter& m) {
+  auto run = c.run;
+  const double units = c.units;
+  c.run = [run, units, &pids, &m] {
+    const double cpu0 = cpu_ns(pids);
+    const double wall = run();
+    m.add(cpu_ns(pids) - cpu0, wall, units);
+    return wall;
+  };
+  return c;
+}
+
 // ---- The raw MPI baselines on MPI_COMM_WORLD: both sides run exactly these counts.
 
 struct RawResults {
@@ -239,6 +313,7 @@ struct RawResults {
   double recv_first_ns = 0;                          ///< 1 -> 0, first transfer
   std::vector<double> recv_ns;                       ///< 1 -> 0, measured repetitions
   std::vector<double> stream_two_ns, stream_one_ns;  ///< per task, measured repetitions
+  CpuMeter stream_two_cpu, stream_one_cpu;
 };
 
 // The raw throughput baseline: `tasks` TASK-sized messages, each answered by a COMPLETION-sized
@@ -287,13 +362,20 @@ void raw_echo(std::uint64_t n) {
 
 /// Every rank's part of the raw throughput rounds (A B A B: two ranks, one rank); a rank without
 /// messages in a phase waits in a sleeping barrier, as an idle serving rank sleeps.
-void raw_streams(int rank, const MpiArgs& a, const Sizes& sz, RawResults* r) {
+void raw_streams(int rank, const MpiArgs& a, const Sizes& sz, RawResults* r,
+                 const std::vector<int>& pids) {
   for (int round = 0; round < sz.warmup + sz.reps; ++round) {
     for (const int over : {2, 1}) {
       quiet_barrier(MPI_COMM_WORLD, rank != 0);
       if (rank == 0) {
-        const double ns = raw_stream(over, sz.tasks, a.so.window) / sz.tasks;
-        if (round >= sz.warmup) (over == 2 ? r->stream_two_ns : r->stream_one_ns).push_back(ns);
+        CpuMeter& m = over == 2 ? r->stream_two_cpu : r->stream_one_cpu;
+        const double cpu0 = cpu_ns(pids);
+        const double wall = raw_stream(over, sz.tasks, a.so.window);
+        const double ns = wall / sz.tasks;
+        if (round >= sz.warmup) {
+          (over == 2 ? r->stream_two_ns : r->stream_one_ns).push_back(ns);
+          m.add(cpu_ns(pids) - cpu0, wall, sz.tasks);
+        }
       } else {
         raw_echo(stream_share(sz.tasks, over, rank));
       }
@@ -304,7 +386,7 @@ void raw_streams(int rank, const MpiArgs& a, const Sizes& sz, RawResults* r) {
 
 /// Rank 0's side.
 RawResults raw_rank0(const MpiArgs& a, const Sizes& sz, std::vector<char>& src,
-                     std::vector<char>& dst) {
+                     std::vector<char>& dst, const std::vector<int>& pids) {
   RawResults r;
   const MPI_Comm w = MPI_COMM_WORLD;
   if (a.rt) {
@@ -322,7 +404,7 @@ RawResults raw_rank0(const MpiArgs& a, const Sizes& sz, std::vector<char>& src,
       }
     }
   }
-  if (a.tp) raw_streams(0, a, sz, &r);
+  if (a.tp) raw_streams(0, a, sz, &r, pids);
   if (a.copy) {
     const int n = static_cast<int>(sz.copy_bytes);
     char ack = 0;
@@ -364,7 +446,7 @@ void raw_rank1(const MpiArgs& a, const Sizes& sz) {
       mpi_ok(MPI_Send(rep.data(), rep_n, MPI_BYTE, 0, kPingTag, w), "MPI_Send (pong)");
     }
   }
-  if (a.tp) raw_streams(1, a, sz, nullptr);
+  if (a.tp) raw_streams(1, a, sz, nullptr, {});
   if (a.copy) {
     // Not touched before the first receive: fresh pages, as a fresh remote buffer's.
     std::unique_ptr<char[]> buf(new char[sz.copy_bytes]);
@@ -383,6 +465,10 @@ void raw_rank1(const MpiArgs& a, const Sizes& sz) {
 // ---- Rank 0.
 
 void empty_orch(Orchestrator&, TaskArgsView, const CallConfig&) {}
+/// Sleeps scalar(0) microseconds: a task that takes time on its rank without taking a core.
+void nap_orch(Orchestrator&, TaskArgsView args, const CallConfig&) {
+  std::this_thread::sleep_for(std::chrono::microseconds(args.scalar(0)));
+}
 
 int run_rank0(mpi::Session& s, const MpiArgs& a, const Sizes& sz) {
   const sb::Options& opt = a.opt;
@@ -390,13 +476,14 @@ int run_rank0(mpi::Session& s, const MpiArgs& a, const Sizes& sz) {
   if (!opt.csv_only) {
     std::printf(
         "bench_mpi: %d ranks, %s, %d warm-up + %d measured repetitions, window %u, poll spin %lld "
-        "us / yield %lld us / max sleep %lld us, engine spin %lld us, load average %s\n",
+        "us / yield %lld us / max sleep %lld us, engine spin L4 %lld us / L3 %lld us, load "
+        "average %s\n",
         s.size(), opt.tiny ? "tiny sizes" : "full sizes", sz.warmup, sz.reps, a.so.window,
         static_cast<long long>(a.so.poll_spin.count()),
         static_cast<long long>(a.so.poll_yield.count()),
         static_cast<long long>(a.so.max_poll_sleep.count()),
-        static_cast<long long>(a.engine_spin_us >= 0 ? a.engine_spin_us
-                                                     : WorkerOptions{}.spin.count()),
+        static_cast<long long>(a.l4_spin_us >= 0 ? a.l4_spin_us : WorkerOptions{}.spin.count()),
+        static_cast<long long>(a.l3_spin_us >= 0 ? a.l3_spin_us : WorkerOptions{}.spin.count()),
         sb::load_average().c_str());
   }
   if (s.size() < 3) sb::fail("bench_mpi wants 3 ranks (mpirun -np 3): rank 0 over ranks 1 and 2");
@@ -415,13 +502,17 @@ int run_rank0(mpi::Session& s, const MpiArgs& a, const Sizes& sz) {
   // The probe while the other ranks sleep (in MPI_Init they would spin on the other core).
   rep.probe();
   quiet_barrier(MPI_COMM_WORLD, false);
-  const RawResults raw = raw_rank0(a, sz, src, dst);
+  std::vector<int> pids;
+  gather_pids(&pids);
+  const RawResults raw = raw_rank0(a, sz, src, dst, pids);
+  quiet_barrier(MPI_COMM_WORLD, false);
 
   WorkerOptions o4;
   o4.level = 4;
-  if (a.engine_spin_us >= 0) o4.spin = std::chrono::microseconds(a.engine_spin_us);
+  if (a.l4_spin_us >= 0) o4.spin = std::chrono::microseconds(a.l4_spin_us);
   Worker w4(o4);
   const auto empty = w4.register_orch("empty", empty_orch);
+  const auto nap = w4.register_orch("nap", nap_orch);
   const std::vector<WorkerId> ranks = w4.add_mpi_workers(s);
   w4.init();
   // The engine's own share, without a transport: the same L4 -> L3 shape in this process (an L3
@@ -530,6 +621,8 @@ int run_rank0(mpi::Session& s, const MpiArgs& a, const Sizes& sz) {
                     });
                   },
                   static_cast<double>(sz.tasks)});
+    std::vector<CpuMeter> meters(tp.size());
+    for (std::size_t k = 0; k < tp.size(); ++k) tp[k] = metered(tp[k], pids, meters[k]);
     sb::run_scenario(rep, "tp", "ns/task", tp);
     rep.add("tp", "raw_mpi_two_ranks", "ns/task", sb::summarise(raw.stream_two_ns));
     rep.add("tp", "raw_mpi_one_rank", "ns/task", sb::summarise(raw.stream_one_ns));
@@ -551,6 +644,35 @@ int run_rank0(mpi::Session& s, const MpiArgs& a, const Sizes& sz) {
     rate_ratio("raw_mpi_two_ranks", "raw_mpi_one_rank");
     rep.ratio("tp", "two_ranks", "raw_mpi_two_ranks");
     rep.ratio("tp", "one_rank", "raw_mpi_one_rank");
+    // CPU of the whole job per task, and how many of the host's cores were busy meanwhile.
+    for (std::size_t k = 0; k < tp.size(); ++k) meters[k].report(rep, "tp", tp[k].name);
+    raw.stream_two_cpu.report(rep, "tp", "raw_mpi_two_ranks");
+    raw.stream_one_cpu.report(rep, "tp", "raw_mpi_one_rank");
+
+    // The same spread with tasks that sleep on their rank: what the transport overlaps when
+    // the ranks do not compete with rank 0 for this host's cores (ideal ratio 2).
+    rep.section(
+        fmt::format("tp_nap: {} tasks that sleep {} us on their rank, in one run, ranks 1 "
+                    "and 2 vs rank 1 alone",
+                    sz.naps, kNapUs));
+    const auto napping = [&](std::size_t over) {
+      return sb::time_ns([&] {
+        w4.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+          for (std::uint32_t i = 0; i < sz.naps; ++i)
+            o.submit_next_level(nap, TaskArgs().add_scalar(kNapUs), {}, ranks[i % over]);
+        });
+      });
+    };
+    std::vector<sb::Contender> tn;
+    tn.push_back({"two_ranks", [&] { return napping(2); }, static_cast<double>(sz.naps)});
+    tn.push_back({"one_rank", [&] { return napping(1); }, static_cast<double>(sz.naps)});
+    sb::run_scenario(rep, "tp_nap", "ns/task", tn);
+    if (const sb::Row* t = rep.find("tp_nap", "two_ranks")) {
+      if (const sb::Row* o = rep.find("tp_nap", "one_rank")) {
+        rep.ratio_value("tp_nap", "rate(two_ranks)/rate(one_rank)",
+                        o->stats.median / t->stats.median, t->stats.reps);
+      }
+    }
   }
 
   // ---- copy: 256 MiB to rank 1 and back.
@@ -617,13 +739,21 @@ int run(int argc, char** argv) {
   if (s.rank() != 0) {
     WorkerOptions inner;
     inner.level = 3;
-    if (a.engine_spin_us >= 0) inner.spin = std::chrono::microseconds(a.engine_spin_us);
-    return s.serve([](RemoteSession& rs) { rs.serve_orch("empty", empty_orch); }, inner,
-                   [&](mpi::Session& ss) {
-                     quiet_barrier(ss.world(), true);
-                     if (ss.rank() == 1) raw_rank1(a, sz);
-                     if (ss.rank() == 2 && a.tp) raw_streams(2, a, sz, nullptr);
-                   });
+    if (a.l3_spin_us >= 0) inner.spin = std::chrono::microseconds(a.l3_spin_us);
+    return s.serve(
+        [](RemoteSession& rs) {
+          rs.serve_orch("empty", empty_orch);
+          rs.serve_orch("nap", nap_orch);
+        },
+        inner,
+        [&](mpi::Session& ss) {
+          quiet_barrier(ss.world(), true);
+          gather_pids(nullptr);
+          if (ss.rank() == 1) raw_rank1(a, sz);
+          if (ss.rank() == 2 && a.tp) raw_streams(2, a, sz, nullptr, {});
+          // Asleep until every raw phase is over (as an idle serving rank).
+          quiet_barrier(ss.world(), true);
+        });
   }
   return run_rank0(s, a, sz);
 }
