@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "simpler/error.hpp"
+#include "simpler/leaf/leaf.hpp"
 #include "simpler/remote/remote.hpp"
 #include "simpler/remote/wire.hpp"
 
@@ -56,6 +57,23 @@ struct RemoteInfo {
     return out.empty() ? "nothing" : out;
   }
 };
+
+/// Whether every tensor of `r` names a remote buffer (a TASK frame carries no pointers); else
+/// sets `fault` (a usage error naming the tensor and `where`). Submit refuses such tensors for
+/// remote lanes already; this keeps a frame from ever carrying one.
+inline bool remote_tensors_only(const LeafRequest& r, const std::string& where, Fault& fault) {
+  for (std::int32_t i = 0; i < r.args.tensor_count; ++i) {
+    const ContinuousTensor& t = r.args.tensors[i];
+    if (t.child_memory == 0 || wire::buffer_of(t.data) == 0) {
+      fault.set(ErrorKind::Usage, 0,
+                fmt::format("tensor {} is not in a remote buffer of {}; pointers never cross "
+                            "hosts (use Worker::remote_alloc and RemoteBuffer::tensor)",
+                            i, where));
+      return false;
+    }
+  }
+  return true;
+}
 
 /// A fresh remote buffer id. Unique in the process, so a tensor's address names its buffer
 /// across every remote (the Orchestrator can tell a buffer of another worker).

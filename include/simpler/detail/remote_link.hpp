@@ -202,16 +202,7 @@ class RemoteLink {
       return false;
     }
     try {
-      for (std::int32_t i = 0; i < r.args.tensor_count; ++i) {
-        const ContinuousTensor& t = r.args.tensors[i];
-        if (t.child_memory == 0 || wire::buffer_of(t.data) == 0) {
-          fault.set(ErrorKind::Usage, 0,
-                    fmt::format("tensor {} is not in a remote buffer of {}; pointers never cross "
-                                "hosts (use Worker::remote_alloc and RemoteBuffer::tensor)",
-                                i, where_));
-          return false;
-        }
-      }
+      if (!remote_tensors_only(r, where_, fault)) return false;
       const std::size_t mark = wbuf_.size();
       queue_frame(wire::FrameType::Task,
                   [&](auto& out) { wire::encode_task(r.digest, *r.config, r.args, out); });

@@ -578,16 +578,7 @@ class RankLinkImpl final : public simpler::detail::RankLink {
 
   bool send(const simpler::LeafRequest& r, Fault& fault) noexcept override {
     try {
-      for (std::int32_t i = 0; i < r.args.tensor_count; ++i) {
-        const ContinuousTensor& t = r.args.tensors[i];
-        if (t.child_memory == 0 || wire::buffer_of(t.data) == 0) {
-          fault.set(ErrorKind::Usage, 0,
-                    fmt::format("tensor {} is not in a remote buffer of {}; pointers never cross "
-                                "hosts (use Worker::remote_alloc and RemoteBuffer::tensor)",
-                                i, where_));
-          return false;
-        }
-      }
+      if (!simpler::detail::remote_tensors_only(r, where_, fault)) return false;
       InFlight f;
       f.bytes = fc_.frame(wire::FrameType::Task,
                           [&](auto& out) { wire::encode_task(r.digest, *r.config, r.args, out); });
