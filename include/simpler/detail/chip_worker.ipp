@@ -75,6 +75,13 @@ inline simpler_run_config run_config_of(const CallConfig& c) noexcept {
     r.ring_heap[i] = c.runtime_env.ring_heap[i];
     r.ring_dep_pool[i] = c.runtime_env.ring_dep_pool[i];
   }
+  r.block_dim = c.block_dim;
+  r.swimlane = c.enable_l2_swimlane;
+  r.dump_tensor = c.enable_dump_tensor;
+  r.pmu = c.enable_pmu;
+  r.dep_gen = c.enable_dep_gen;
+  static_assert(sizeof r.output_prefix == sizeof c.output_prefix);
+  std::memcpy(r.output_prefix, c.output_prefix.data(), sizeof r.output_prefix);
   return r;
 }
 }  // namespace detail

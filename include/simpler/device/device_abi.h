@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /** Bumped whenever a struct layout or a function signature below changes. */
-#define SIMPLER_DEVICE_ABI_VERSION 1u
+#define SIMPLER_DEVICE_ABI_VERSION 2u
 
 /* ---- status codes ---------------------------------------------------------------------- */
 /* 0 is SIMPLER_OK; the SIMPLER_ERR_* codes are negative: host API misuse from -1, the failures
@@ -82,7 +82,48 @@ typedef struct simpler_run_config {
   uint64_t ring_task_window[4]; /* tasks per ring, power of two in [4, 1<<20]; default 4096 */
   uint64_t ring_heap[4];        /* heap bytes per ring, in [1024, 1<<40]; default 64 MiB */
   uint64_t ring_dep_pool[4];    /* dependency-list entries, in [4, 1<<24]; default 4 x window */
+  /* Diagnostics and SPMD (ABI 2). All zero = off / defaults. */
+  int32_t block_dim;   /* clusters the run may use; 0 = all of the context's clusters */
+  int32_t swimlane;    /* 0 off, 1-4 trace detail (1 tasks, 2 + dependencies, 3 + scheduler
+                          internals, 4 + everything); read back with simpler_get_run_trace */
+  int32_t dump_tensor; /* != 0: write each task's tensors as .npy under output_prefix */
+  int32_t pmu;         /* 0 off; > 0 selects the counter set (1 = cycles + instructions) */
+  int32_t dep_gen;     /* != 0: write the run's dependency graph (DOT + JSON) */
+  int32_t reserved;
+  char output_prefix[1024]; /* NUL-terminated directory for diagnostic files; "" = none */
 } simpler_run_config;
+
+/** One recorded interval of a traced run (swimlane > 0), in CLOCK_MONOTONIC nanoseconds. */
+typedef struct simpler_trace_event {
+  uint64_t begin_ns;
+  uint64_t end_ns;   /* == begin_ns for an instant */
+  int64_t task_id;   /* the chip task, -1 for none */
+  int64_t flow_from; /* a task this event's task depended on (flow arrow), -1 for none */
+  uint32_t track;    /* index into simpler_trace_info.track_names */
+  uint32_t kind;     /* simpler_trace_kind */
+  int32_t func_id;   /* the kernel, -1 for none */
+  int32_t block_idx; /* SPMD block, 0 when not SPMD */
+} simpler_trace_event;
+
+enum simpler_trace_kind {
+  SIMPLER_TRACE_KERNEL = 1,     /* AICore track: a kernel (one block) ran [begin, end] */
+  SIMPLER_TRACE_DISPATCH = 2,   /* AICPU track: the task was handed to a core */
+  SIMPLER_TRACE_COMPLETE = 3,   /* AICPU track: the task's completion was processed */
+  SIMPLER_TRACE_SUBMIT = 4,     /* orchestrator track: the task was submitted */
+  SIMPLER_TRACE_DEPENDENCY = 5, /* a flow arrow flow_from -> task_id (swimlane >= 2) */
+  SIMPLER_TRACE_SCHEDULER = 6   /* AICPU internals (swimlane >= 3) */
+};
+
+/** The trace of the last finished run; arrays owned by the context, valid until the next run. */
+typedef struct simpler_trace_info {
+  uint32_t struct_size;
+  uint32_t track_count;
+  const char* const*
+      track_names; /* "AICPU 0" (orchestrator), "AICPU 1", "AICore AIC 0", "AICore AIV 3" */
+  uint64_t event_count;
+  const simpler_trace_event* events;
+  uint64_t dropped; /* events lost because a per-thread buffer was full */
+} simpler_trace_info;
 
 /** One kernel of a chip callable: a shared object exporting `symbol` (default kernel_entry). */
 typedef struct simpler_kernel_desc {
@@ -162,6 +203,9 @@ int simpler_wait_run(simpler_device_context* ctx);
 int simpler_finalize_run(simpler_device_context* ctx);
 int simpler_run(simpler_device_context* ctx, int32_t callable_id, const simpler_task_args* args,
                 const simpler_run_config* config);
+/** The trace recorded by the last finished run (its config's swimlane > 0); zero events when
+ *  tracing was off. `out->struct_size` must be set by the caller. */
+int simpler_get_run_trace(const simpler_device_context* ctx, simpler_trace_info* out);
 
 #ifdef __cplusplus
 }
