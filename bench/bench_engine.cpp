@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -102,6 +104,7 @@ struct Engine {
     simpler::WorkerOptions o;
     o.num_sub_workers = 2;
     o.child_mode = simpler::ChildMode::Thread;
+    o.trace_buffer_events = std::size_t{1} << 18;  // scenario t: room for a traced run's events
     return o;
   }
 
@@ -154,6 +157,21 @@ sb::Contender engine_independent(Engine& e, const Sizes& sz, std::uint32_t n) {
         submit_range(o, sz, n, [&](std::uint32_t) { o.submit_sub(e.empty); });
       });
   return {"engine", [&e, fn] { return e.timed_run(*fn, "a"); }, static_cast<double>(n)};
+}
+
+/// t: scenario a with the run traced at `level` into `dir` (writing trace.json is timed too).
+sb::Contender engine_independent_traced(Engine& e, const Sizes& sz, std::uint32_t n, int level,
+                                        const std::string& dir) {
+  auto fn = std::make_shared<simpler::Worker::OrchFunction>(
+      [&e, &sz, n](Orchestrator& o, TaskArgsView, const CallConfig&) {
+        submit_range(o, sz, n, [&](std::uint32_t) { o.submit_sub(e.empty); });
+      });
+  auto cfg = std::make_shared<CallConfig>();
+  cfg->enable_l2_swimlane = level;
+  dir.copy(cfg->output_prefix.data(), std::min(dir.size(), cfg->output_prefix.size() - 1));
+  return {fmt::format("engine traced L{}", level),
+          [&e, fn, cfg] { return sb::time_ns([&] { e.w.run(*fn, {}, *cfg); }); },
+          static_cast<double>(n)};
 }
 
 /// a1: every task writes its own private element (OutputExisting over &out[i]).
@@ -418,6 +436,22 @@ int run(int argc, char** argv) {
 #endif
     sb::run_scenario(rep, sc, "ns/task", cs);
     omp_ratio(sc);
+  }
+  // t: what tracing costs when on (the untraced row is scenario a's path: tracing off costs one
+  // relaxed load and a predictable branch per recording point).
+  {
+    const std::uint32_t n = sz.independent;
+    char tmpl[] = "/tmp/bench-engine-trace-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) fail("t: mkdtemp failed");
+    const std::string dir = tmpl;
+    const std::string sc = "t_traced_independent_" + count_label(n);
+    rep.section(fmt::format("t: scenario a untraced vs traced (levels 1, 2; trace.json written)"));
+    std::vector<sb::Contender> cs{engine_independent(e, sz, n),
+                                  engine_independent_traced(e, sz, n, 1, dir),
+                                  engine_independent_traced(e, sz, n, 2, dir)};
+    sb::run_scenario(rep, sc, "ns/task", cs);
+    ::unlink((dir + "/trace.json").c_str());
+    ::rmdir(dir.c_str());
   }
   // a1: independent tasks with one private output each.
   {

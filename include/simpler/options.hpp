@@ -47,6 +47,18 @@ struct WorkerOptions {
   /// run() overrides it (CallConfig::timeout). At the deadline run() fails with a TimeoutError:
   /// tasks not started are skipped, running ones end as at their own deadline.
   std::chrono::milliseconds run_timeout{0};
+  /// Trace of the Worker's whole lifetime: every run's task events (and those of its nested
+  /// Workers) as one Chrome trace-event JSON written to this path at close(). Empty = the
+  /// SIMPLER_TRACE environment variable, else off; a nested Worker (add_worker) never reads the
+  /// variable, its events go to its parent's trace. "%p" in the path becomes the process id.
+  /// The directory must exist and be writable: init() checks it. See docs/diagnostics.md.
+  std::string trace_path;
+  /// Detail of that trace, 1-4 (as CallConfig::enable_l2_swimlane).
+  int trace_level = 2;
+  /// Events each engine thread (Orchestrator, Scheduler, every lane) can record per run; more
+  /// are dropped and counted in the trace ("dropped_events"). 32 bytes each, allocated only
+  /// when a run is traced.
+  std::size_t trace_buffer_events = std::size_t{1} << 16;
 };
 
 }  // namespace simpler

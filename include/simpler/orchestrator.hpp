@@ -139,6 +139,13 @@ class OrchestratorBase {
   /// tensors outside them.
   void record_shared_memory(bool sub_separate, bool next_level_separate);
   [[nodiscard]] std::byte* heap_base(int ring) const noexcept { return heaps_[ring].base(); }
+  /// The next run's tracing (before begin_run): its trace level (0 = off) and where to record
+  /// its dependency graph (null = not recorded). Task ids restart at 1.
+  void set_trace(int level, detail::DagRecord* dag) noexcept {
+    trace_level_ = level;
+    dag_ = dag;
+    trace_next_ = 0;
+  }
 
  private:
   SubmitResult submit(detail::Role role, const CallableHandle& callable,
@@ -206,6 +213,15 @@ class OrchestratorBase {
   std::array<bool, 2> separate_{};
   std::vector<std::pair<std::uintptr_t, std::uintptr_t>> shared_ranges_;
   detail::SmallVec<TaskSlot, 16> scratch_producers_;
+  // Tracing and the dependency graph (detail/trace.hpp); off when trace_level_ == 0 and dag_ is
+  // null. trace_reads_: the producers and overlapping bytes the current submit's reads found.
+  void trace_reads(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot self);
+  void trace_submitted(const detail::Slot& s, const detail::CallableRegistry::Entry& entry,
+                       std::span<const TaskArgs> members);
+  int trace_level_ = 0;
+  detail::DagRecord* dag_ = nullptr;
+  std::uint32_t trace_next_ = 0;
+  std::vector<std::pair<TaskSlot, std::uint64_t>> trace_reads_;
 };
 
 }  // namespace simpler

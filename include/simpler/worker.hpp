@@ -13,6 +13,7 @@
 #include <atomic>
 #include <concepts>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -139,7 +140,8 @@ class BasicWorker {
         state_(std::exchange(o.state_, State::Closed)),
         run_id_(o.run_id_),
         fork_generation_(o.fork_generation_),
-        has_process_children_(o.has_process_children_) {}
+        has_process_children_(o.has_process_children_),
+        nested_(o.nested_) {}
   BasicWorker& operator=(BasicWorker&&) = delete;
   ~BasicWorker() {
     shutdown();
@@ -253,6 +255,7 @@ class BasicWorker {
     }
     const auto id = static_cast<WorkerId>(core_->next_level.size());
     if (name.empty()) name = fmt::format("next-level worker {} (L{})", id, child.level());
+    static_cast<BasicWorker&>(child).nested_ = true;  // its trace goes to this Worker's
     add_lane<NestedWorker<Child>>(
         detail::Role::NextLevel, std::move(name),
         NestedWorker<Child>(std::make_unique<Child>(std::move(child)), *registry_));
@@ -344,6 +347,7 @@ class BasicWorker {
   /// leaves no child behind.
   void init() {
     check_state(State::New, "init", "once, on a new Worker");
+    resolve_trace_path();
     if constexpr (detail::has_leaf<SubWorker, Lanes...>) {
       for (int i = 0; i < options_.num_sub_workers; ++i) {
         add_lane<SubWorker>(detail::Role::Sub, fmt::format("sub worker {}", i),
@@ -403,6 +407,12 @@ class BasicWorker {
   void run_registered(const detail::OrchFn& orch, TaskArgsView args, const CallConfig& config) {
     run_impl(orch, args, config);
   }
+  /// run_registered() for a traced task of the parent: this run is traced at the parent's level
+  /// and its trace is appended, serialized, to `trace.nested` (even when the run fails).
+  void run_traced(const detail::OrchFn& orch, TaskArgsView args, const CallConfig& config,
+                  detail::TraceReply& trace) {
+    run_impl(orch, args, config, &trace);
+  }
 
   /// Stops the engine threads and children, reaping every child within a deadline. Idempotent;
   /// also done by the destructor. Throws TransportError, after everything was shut down, naming
@@ -430,7 +440,11 @@ class BasicWorker {
     if (!report.empty()) {
       throw TransportError(fmt::format("Worker::close: children ended abnormally: {}", report));
     }
+    if (auto e = std::exchange(trace_error_, nullptr)) std::rethrow_exception(e);
   }
+  /// The trace file this Worker writes at close() (WorkerOptions::trace_path or SIMPLER_TRACE,
+  /// "%p" replaced), empty when none; known after init().
+  [[nodiscard]] const std::string& trace_path() const noexcept { return trace_path_; }
   /// close() for teardown paths: never throws.
   void shutdown_quietly() noexcept { shutdown(); }
 
@@ -438,6 +452,8 @@ class BasicWorker {
   /// True until init() (or close()) is called.
   [[nodiscard]] bool is_new() const noexcept { return state_ == State::New; }
   [[nodiscard]] int level() const noexcept { return options_.level; }
+  /// Runs started so far; the number of the last run (traces and graphs name runs by it).
+  [[nodiscard]] std::uint32_t run_count() const noexcept { return run_id_; }
   [[nodiscard]] std::size_t next_level_count() const noexcept { return core_->next_level.size(); }
   [[nodiscard]] std::size_t sub_count() const noexcept { return core_->subs.size(); }
   /// The Orchestrator, for introspection between runs (live_tasks(), tensor_map_size()).
@@ -448,7 +464,8 @@ class BasicWorker {
   enum class State { New, Ready, Failed, Closed };
 
   template <class F>
-  void run_impl(const F& orch, TaskArgsView args, const CallConfig& config) {
+  void run_impl(const F& orch, TaskArgsView args, const CallConfig& config,
+                detail::TraceReply* parent_trace = nullptr) {
     check_process("run");
     check_state(State::Ready, "run", "between init() and close()");
     if (running_.exchange(true, std::memory_order_acq_rel)) {
@@ -466,6 +483,7 @@ class BasicWorker {
     const std::uint32_t timeout_ms =
         detail::clamp_ms(config.timeout.count() > 0 ? config.timeout : options_.run_timeout);
     core_->run.begin(++run_id_);
+    const RunTrace traced = begin_trace(config, parent_trace);
     if (timeout_ms != 0) {
       core_->run_timeout_ms.store(timeout_ms, std::memory_order_relaxed);
       core_->run_deadline_ns.store(
@@ -487,14 +505,192 @@ class BasicWorker {
       if (!core_->run.failed()) core_->run.cancel();
     }
     const int left_open = orch_->finish_run();
+    const std::exception_ptr not_written = end_trace(traced, config, parent_trace);
     if (thrown) std::rethrow_exception(thrown);
     if (auto e = core_->run.first_error()) std::rethrow_exception(e);
+    if (not_written) std::rethrow_exception(not_written);
     if (left_open > 0) {
       throw UsageError(fmt::format(
           "Worker::run: the orchestration function left {} scope(s) open; every scope_begin needs "
           "a scope_end (the run closed them)",
           left_open));
     }
+  }
+
+  // ---- Tracing and the dependency graph (detail/trace.hpp, docs/diagnostics.md).
+  struct RunTrace {
+    int level = 0;      ///< the run's trace level, 0 = untraced
+    bool file = false;  ///< write <output_prefix>/trace.json
+    bool dag = false;   ///< write <output_prefix>/dag.{dot,json}
+  };
+  /// init(): the lifetime trace's path (option, else SIMPLER_TRACE for a top-level Worker), and
+  /// its directory checked.
+  void resolve_trace_path() {
+    trace_path_ = options_.trace_path;
+    if (trace_path_.empty() && !nested_) {
+      if (const char* env = std::getenv("SIMPLER_TRACE"); env != nullptr) trace_path_ = env;
+    }
+    if (trace_path_.empty()) return;
+    for (std::size_t at = trace_path_.find("%p"); at != std::string::npos;
+         at = trace_path_.find("%p", at)) {
+      const std::string pid = std::to_string(::getpid());
+      trace_path_.replace(at, 2, pid);
+      at += pid.size();
+    }
+    const std::size_t slash = trace_path_.rfind('/');
+    const std::string dir = slash == std::string::npos
+                                ? std::string(".")
+                                : trace_path_.substr(0, slash == 0 ? 1 : slash);
+    detail::check_output_dir(
+        dir, fmt::format("Worker::init: trace file '{}' (WorkerOptions::trace_path or "
+                         "SIMPLER_TRACE)",
+                         trace_path_)
+                 .c_str());
+  }
+  /// Before a run's first submit: its level (the lifetime trace's, the run's
+  /// enable_l2_swimlane, the parent's for a nested run: the highest), buffers and graph.
+  RunTrace begin_trace(const CallConfig& c, detail::TraceReply* parent) {
+    RunTrace t;
+    t.file = c.enable_l2_swimlane > 0;
+    t.dag = c.enable_dep_gen != 0;
+    if (t.file || t.dag) {
+      detail::check_output_dir(c.output_prefix.data(), "Worker::run: CallConfig::output_prefix");
+    }
+    t.level = std::max({trace_path_.empty() ? 0 : options_.trace_level, c.enable_l2_swimlane,
+                        parent != nullptr ? parent->level : 0});
+    t.level = std::min(t.level, detail::kTraceMaxLevel);
+    if (t.level > 0) {
+      const std::size_t cap = options_.trace_buffer_events;
+      const auto ready = [cap](std::unique_ptr<detail::TraceBuffer>& b) {
+        if (!b || b->capacity() != cap) {
+          b = std::make_unique<detail::TraceBuffer>(cap);
+        } else {
+          b->reset();
+        }
+      };
+      ready(core_->trace.orch);
+      ready(core_->trace.sched);
+      for (auto* table : {&core_->next_level, &core_->subs}) {
+        for (detail::LaneCore* l : *table) {
+          ready(l->trace.buffer);
+          l->trace.nested.clear();
+          l->trace.nested_dropped = 0;
+        }
+      }
+      // Relaxed: the ready inbox's push publishes it with the run's first task.
+      core_->trace_level.store(t.level, std::memory_order_relaxed);
+    }
+    if (t.dag) {
+      dag_.clear();
+      dag_.run = run_id_;
+      dag_.level = options_.level;
+    }
+    orch_->set_trace(t.level, t.dag ? &dag_ : nullptr);
+    return t;
+  }
+  /// After the run's fence: collects the run's trace and writes what was asked. Returns what
+  /// failed (run() throws it after the run's own error).
+  std::exception_ptr end_trace(const RunTrace& t, const CallConfig& c,
+                               detail::TraceReply* parent) noexcept {
+    orch_->set_trace(0, nullptr);
+    core_->trace_level.store(0, std::memory_order_relaxed);
+    if (t.level == 0 && !t.dag) return nullptr;
+    try {
+      const std::string prefix(c.output_prefix.data());
+      if (t.level > 0) {
+        std::vector<detail::TraceProcess> procs = collect_trace(t.level);
+        if (parent != nullptr) detail::serialize_trace(procs, parent->nested);
+        if (!trace_path_.empty()) keep_for_lifetime(procs);
+        if (t.file) {
+          detail::write_text_file(prefix + "/trace.json", detail::render_chrome_trace(procs),
+                                  "Worker::run: trace");
+        }
+      }
+      if (t.dag) {
+        detail::write_text_file(prefix + "/dag.dot", detail::render_dag_dot(dag_),
+                                "Worker::run: dependency graph");
+        detail::write_text_file(prefix + "/dag.json", detail::render_dag_json(dag_),
+                                "Worker::run: dependency graph");
+        dag_.clear();
+      }
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+  /// This run's events as TraceProcess records: this Worker's first, then its nested Workers'
+  /// (named "L<level> worker <id>" after the lane that ran them).
+  std::vector<detail::TraceProcess> collect_trace(int level) {
+    std::vector<detail::TraceProcess> out(1);
+    detail::TraceProcess& p = out[0];
+    p.name = fmt::format("L{}", options_.level);
+    p.run = run_id_;
+    p.level = level;
+    p.tracks = {"orchestrator", "scheduler"};
+    for (const detail::LaneCore* l : core_->next_level) p.tracks.push_back(l->name);
+    for (const detail::LaneCore* l : core_->subs) p.tracks.push_back(l->name);
+    for (std::size_t i = 0; i < registry_->size(); ++i) {
+      p.callables.push_back(registry_->at(static_cast<std::uint32_t>(i)).name);
+    }
+    const auto take = [&p](const detail::TraceBuffer* b) {
+      if (b == nullptr) return;
+      const std::size_t n = b->size();
+      for (std::size_t i = 0; i < n; ++i) p.events.push_back((*b)[i]);
+      p.dropped += b->dropped();
+    };
+    take(core_->trace.orch.get());
+    take(core_->trace.sched.get());
+    std::vector<detail::TraceProcess> nested;
+    for (auto* table : {&core_->next_level, &core_->subs}) {
+      for (detail::LaneCore* l : *table) {
+        take(l->trace.buffer.get());
+        p.dropped += l->trace.nested_dropped;
+        for (const auto& blob : l->trace.nested) {
+          const std::size_t first = nested.size();
+          if (!detail::deserialize_trace(blob.data(), blob.size(), nested) ||
+              first == nested.size()) {
+            ++p.dropped;
+            continue;
+          }
+          const std::string own = fmt::format("{} worker {}", nested[first].name, l->id);
+          nested[first].name = own;
+          for (std::size_t i = first + 1; i < nested.size(); ++i) {
+            nested[i].name = fmt::format("{} / {}", own, nested[i].name);
+          }
+        }
+        l->trace.nested.clear();
+      }
+    }
+    for (auto& n : nested) out.push_back(std::move(n));
+    return out;
+  }
+  /// Adds a run's records to the lifetime trace, up to 64 runs' worth of full buffers per
+  /// thread; past that, runs are dropped and counted.
+  void keep_for_lifetime(const std::vector<detail::TraceProcess>& procs) {
+    std::size_t events = 0;
+    for (const auto& p : procs) events += p.events.size();
+    const std::size_t cap =
+        options_.trace_buffer_events * 64 * (2 + sub_count() + next_level_count());
+    if (lifetime_events_ + events > cap) {
+      if (lifetime_trace_.empty())
+        lifetime_trace_.emplace_back().name = fmt::format("L{}", options_.level);
+      lifetime_trace_.front().dropped += events;
+      return;
+    }
+    lifetime_events_ += events;
+    lifetime_trace_.insert(lifetime_trace_.end(), procs.begin(), procs.end());
+  }
+  /// Writes the lifetime trace (at close, or in the destructor); a failure is kept for close().
+  void write_lifetime_trace() noexcept {
+    if (trace_path_.empty() || lifetime_written_) return;
+    lifetime_written_ = true;
+    try {
+      detail::write_text_file(trace_path_, detail::render_chrome_trace(lifetime_trace_),
+                              "Worker::close: trace (WorkerOptions::trace_path or SIMPLER_TRACE)");
+    } catch (...) {
+      trace_error_ = std::current_exception();
+    }
+    lifetime_trace_.clear();
   }
 
   void check_remote_call(const char* api) const {
@@ -568,6 +764,13 @@ class BasicWorker {
     non_negative(o.heap_wait, "heap_wait", "ms");
     non_negative(o.task_timeout, "task_timeout", "ms");
     non_negative(o.run_timeout, "run_timeout", "ms");
+    if (o.trace_level < 1 || o.trace_level > detail::kTraceMaxLevel) {
+      throw UsageError(fmt::format("WorkerOptions::trace_level is {}; it must be 1..{}",
+                                   o.trace_level, detail::kTraceMaxLevel));
+    }
+    if (o.trace_buffer_events == 0) {
+      throw UsageError("WorkerOptions::trace_buffer_events is 0; it must be >= 1");
+    }
   }
   /// A forked child inherits a copy of this Worker whose threads do not exist there.
   void check_process(const char* api) const {
@@ -728,6 +931,9 @@ class BasicWorker {
   void shutdown() noexcept {
     if (state_ == State::Closed) return;
     if (sched_) sched_->stop();
+    if (state_ == State::Ready && fork_generation_ == detail::fork_generation()) {
+      write_lifetime_trace();
+    }
     state_ = State::Closed;
   }
 
@@ -743,6 +949,14 @@ class BasicWorker {
   /// Set for the whole of run(), its fence included (re-entrant and concurrent runs are refused).
   std::atomic<bool> running_{false};
   bool has_process_children_ = false;
+  // Tracing (see RunTrace): set by add_worker on a child; the lifetime trace's path and records.
+  bool nested_ = false;
+  std::string trace_path_;
+  std::vector<detail::TraceProcess> lifetime_trace_;
+  std::size_t lifetime_events_ = 0;
+  bool lifetime_written_ = false;
+  std::exception_ptr trace_error_;
+  detail::DagRecord dag_;
 };
 
 class Worker;

@@ -107,6 +107,9 @@ class WorkerThread : public detail::LaneCore {
         detail::Slot& s = core_.pool.at(p.slot);
         if (core_.run.cancelled()) {
           out.outcome = Outcome::Skipped;  // posted but not started when the run was cancelled
+          if (core_.trace_level.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+            trace_event(detail::TraceKind::Skip, s, 0, Outcome::Skipped);
+          }
         } else if (!run_task(s, p.member, out)) {
           return detach_once();  // abandoned at a deadline: the scheduler ended its posts
         }
@@ -206,6 +209,9 @@ class WorkerThread : public detail::LaneCore {
   bool run_successors(detail::Slot* s) noexcept {
     while (s != nullptr) {
       s->state.store(TaskState::Running, std::memory_order_relaxed);
+      if (core_.trace_level.load(std::memory_order_relaxed) >= detail::kTraceDeps) [[unlikely]] {
+        trace_event(detail::TraceKind::Dispatch, *s, trace_track, Outcome::Success);
+      }
       if (!run_task(*s, 0, local_)) return false;
       detail::Slot* next = complete_here(*s, local_);
       if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1)
@@ -224,7 +230,10 @@ class WorkerThread : public detail::LaneCore {
     }
     detail::Slot* keep = nullptr;
     bool handed_over = false;
+    const bool traced = core_.trace_level.load(std::memory_order_relaxed) >= detail::kTraceDeps;
     core_.complete(s, r.outcome != Outcome::Success, [&](detail::Slot& c) {
+      if (traced) [[unlikely]]
+        trace_event(detail::TraceKind::Ready, c, 0, Outcome::Success);
       if (keep == nullptr && runnable_here(c)) {
         keep = &c;
         // Counted before this task's completion is published, so the run's fence cannot see
@@ -264,6 +273,13 @@ class WorkerThread : public detail::LaneCore {
   bool run_task(const detail::Slot& s, std::uint32_t member, Result& out) noexcept {
     LeafRequest r;
     build_request(s, member, r);
+    const std::int32_t traced = core_.trace_level.load(std::memory_order_relaxed);
+    std::int64_t t0 = 0;
+    if (traced != 0) [[unlikely]] {
+      trace.reply.reset(traced);
+      r.trace = &trace.reply;
+      t0 = detail::trace_now();
+    }
     std::uint64_t word = 0;
     if constexpr (!EnforcesDeadlines<T>) {
       // Only ring entries carry a deadline here (runnable_here keeps the others off this lane).
@@ -280,8 +296,48 @@ class WorkerThread : public detail::LaneCore {
         }
       }
     }
+    if (traced != 0) [[unlikely]]
+      trace_ran(s, member, t0, out.outcome);
     finish_outcome(r, out);
     return true;
+  }
+
+  /// Records that this lane ran a task (the child's own times when its transport reported
+  /// them) and keeps the trace its leaf returned.
+  void trace_ran(const detail::Slot& s, std::uint32_t member, std::int64_t t0, Outcome o) noexcept {
+    detail::TraceEvent e;
+    e.kind = detail::TraceKind::Run;
+    e.t0 = t0;
+    e.t1 = detail::trace_now();
+    if (trace.reply.begin_ns != 0 && trace.reply.end_ns >= trace.reply.begin_ns) {
+      e.t0 = trace.reply.begin_ns;
+      e.t1 = trace.reply.end_ns;
+    }
+    e.task = s.trace_id;
+    e.arg = member;
+    e.outcome = static_cast<std::uint8_t>(o);
+    e.track = trace_track;
+    trace.buffer->record(e);
+    trace.nested_dropped += trace.reply.nested_dropped;
+    if (!trace.reply.nested.empty()) {
+      try {
+        trace.nested.push_back(std::move(trace.reply.nested));
+      } catch (...) {
+        ++trace.nested_dropped;  // out of memory: the nested trace is lost, and counted
+      }
+      trace.reply.nested.clear();
+    }
+  }
+  void trace_event(detail::TraceKind kind, const detail::Slot& s, std::uint32_t arg,
+                   Outcome o) noexcept {
+    detail::TraceEvent e;
+    e.kind = kind;
+    e.t0 = detail::trace_now();
+    e.task = s.trace_id;
+    e.arg = arg;
+    e.outcome = static_cast<std::uint8_t>(o);
+    e.track = trace_track;
+    trace.buffer->record(e);
   }
 
   /// The leaf request of member `member` of slot `s`, with its deadline.

@@ -23,6 +23,7 @@
 #include "simpler/detail/lane_core.hpp"
 #include "simpler/detail/registry.hpp"
 #include "simpler/detail/slot.hpp"
+#include "simpler/detail/trace.hpp"
 #include "simpler/error.hpp"
 
 namespace simpler::detail {
@@ -84,8 +85,13 @@ struct EngineCore {
   alignas(64) std::atomic<std::int64_t> run_deadline_ns{0};
   /// Its length, for messages (relaxed: read only for messages, by any engine thread).
   std::atomic<std::uint32_t> run_timeout_ms{0};
+  /// The run's trace level (0 = off; see detail/trace.hpp). Set by the run's thread before its
+  /// first submit and cleared after its fence (relaxed: ordered like run_deadline_ns); read
+  /// wherever an event would be recorded, so it shares this read-mostly line.
+  std::atomic<std::int32_t> trace_level{0};
   alignas(64) SlotPool pool;
   RunState run;
+  EngineTrace trace;  ///< the Orchestrator's and the Scheduler's trace buffers
 
   SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: slots whose producers are all done
   LaneStack done;         ///< lanes -> Scheduler: finished tasks

@@ -12,6 +12,7 @@
 #include "simpler/detail/event_count.hpp"
 #include "simpler/detail/intrusive_stack.hpp"
 #include "simpler/detail/slot.hpp"
+#include "simpler/detail/trace.hpp"
 #include "simpler/error.hpp"
 
 namespace simpler::detail {
@@ -113,6 +114,10 @@ struct LaneCore {
   std::atomic<std::uint32_t> completed{0};
   std::atomic<bool> queued{false};
   LaneCore* next_done = nullptr;
+
+  // ---- Tracing: the lane thread records during a run; the run's thread reads after its fence.
+  LaneTrace trace;
+  std::uint16_t trace_track = 0;  ///< this lane's track in its Worker's trace (set at start)
 };
 
 /// Lanes with results to collect (each lane is on it at most once: see LaneCore::queued).

@@ -58,6 +58,14 @@ struct MailboxHeader {
   std::uint64_t result = 0;      ///< control: the child's answer
   CallConfig config;
   char message[1024] = {};  ///< NUL-terminated failure text (context of every level below)
+  // Tracing (detail/trace.hpp). Parent: trace_level of the task, 0 = untraced (then the child
+  // reads no clock). Child, for a traced task: when it ran (CLOCK_MONOTONIC ns), and the bytes of
+  // nested trace it left in the blob area (trace_bytes), or those that did not fit (trace_lost).
+  std::int32_t trace_level = 0;
+  std::uint32_t trace_bytes = 0;
+  std::int64_t trace_begin_ns = 0;
+  std::int64_t trace_end_ns = 0;
+  std::uint64_t trace_lost = 0;
 };
 
 inline constexpr std::size_t kMailboxBytes = std::size_t{64} << 10;

@@ -426,6 +426,10 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   s.failed.store(false, std::memory_order_relaxed);
   s.state.store(TaskState::Building, std::memory_order_relaxed);
   frames_[static_cast<std::size_t>(depth_ - 1)].push_back(s.id);
+  const bool traced = trace_level_ != 0 || dag_ != nullptr;
+  s.trace_id = traced ? ++trace_next_ : 0;
+  if (traced) [[unlikely]]
+    trace_reads_.clear();
 
   // Tags of each member, walked in step with the stored tensors.
   scratch_producers_.clear();
@@ -442,6 +446,8 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
       const std::uint64_t begin = t.data;
       const std::uint64_t end = t.data + bytes;
       if (tag == TensorArgType::Input || tag == TensorArgType::InOut) {
+        if (traced) [[unlikely]]
+          trace_reads(space, begin, end, s.id);
         tmap_.lookup(space, begin, end, [&](TaskSlot p) {
           if (p != s.id) scratch_producers_.push_back(p);
         });
@@ -453,6 +459,8 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     }
   }
   infer_and_wire(s);
+  if (traced) [[unlikely]]
+    trace_submitted(s, entry, members);
   publish(s);
   result.slot_id = s.id;
   if (!core_.retire_inbox.empty()) drain_retired();
@@ -515,12 +523,87 @@ inline void OrchestratorBase::infer_and_wire(Slot& s) {
   }
 }
 
+inline void OrchestratorBase::trace_reads(std::uint64_t space, std::uint64_t begin,
+                                          std::uint64_t end, TaskSlot self) {
+  tmap_.lookup_overlaps(space, begin, end, [&](TaskSlot p, std::uint64_t bytes) {
+    if (p != self) trace_reads_.emplace_back(p, bytes);
+  });
+}
+
+// The submit's events (Submit, its edges, its tensors at level 4) and its DAG node. Edges name
+// every producer the reads found, finished or not: the inferred graph, not what was waited for.
+inline void OrchestratorBase::trace_submitted(const Slot& s,
+                                              const detail::CallableRegistry::Entry& entry,
+                                              std::span<const TaskArgs> members) {
+  // Producers' task ids (an orch.alloc'd buffer has none), with the bytes summed per producer.
+  std::sort(trace_reads_.begin(), trace_reads_.end());
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < trace_reads_.size(); ++i) {
+    const std::uint32_t id = core_.pool.at(trace_reads_[i].first).trace_id;
+    if (id == 0) continue;
+    if (out != 0 && trace_reads_[out - 1].first == id) {
+      trace_reads_[out - 1].second += trace_reads_[i].second;
+    } else {
+      trace_reads_[out++] = {id, trace_reads_[i].second};
+    }
+  }
+  trace_reads_.resize(out);
+  const std::int64_t now = detail::trace_now();
+  if (trace_level_ != 0) {
+    detail::TraceBuffer& b = *core_.trace.orch;
+    detail::TraceEvent e;
+    e.kind = detail::TraceKind::Submit;
+    e.t0 = now;
+    e.task = s.trace_id;
+    e.arg = s.callable_index;
+    e.arg2 = (s.role == Role::Sub ? 1U : 0U) | (s.group_size << 1);
+    b.record(e);
+    if (trace_level_ >= detail::kTraceDeps) {
+      for (const auto& [from, bytes] : trace_reads_) {
+        b.record({now, static_cast<std::int64_t>(bytes), s.trace_id,
+                  static_cast<std::uint32_t>(from), detail::TraceKind::Edge});
+      }
+    }
+    if (trace_level_ >= detail::kTraceAll) {
+      std::size_t k = 0;
+      for (const TaskArgs& a : members) {
+        for (std::int32_t i = 0; i < a.tensor_count(); ++i, ++k) {
+          b.record({static_cast<std::int64_t>(s.tensors[k].data),
+                    static_cast<std::int64_t>(s.tensors[k].nbytes()), s.trace_id,
+                    static_cast<std::uint32_t>(a.tag(i)), detail::TraceKind::Tensor});
+        }
+      }
+    }
+  }
+  if (dag_ != nullptr) {
+    detail::DagRecord::Node n;
+    n.id = s.trace_id;
+    n.callable = entry.name;
+    n.sub = s.role == Role::Sub;
+    n.members = s.group_size;
+    std::size_t k = 0;
+    for (const TaskArgs& a : members) {
+      for (std::int32_t i = 0; i < a.tensor_count(); ++i, ++k) {
+        n.tensors.push_back({s.tensors[k].data, s.tensors[k].nbytes(), a.tag(i)});
+      }
+    }
+    dag_->nodes.push_back(std::move(n));
+    for (const auto& [from, bytes] : trace_reads_) {
+      dag_->edges.push_back({static_cast<std::uint32_t>(from), s.trace_id, bytes});
+    }
+  }
+}
+
 inline void OrchestratorBase::publish(Slot& s) {
   // No edge was linked: no other thread knows this slot yet, so the wiring hold can be dropped
   // without an atomic read-modify-write.
+  const bool ready_traced = trace_level_ >= detail::kTraceDeps;
   if (s.producers.empty()) {
     s.pending.store(0, std::memory_order_relaxed);
     s.state.store(TaskState::Ready, std::memory_order_relaxed);
+    if (ready_traced) [[unlikely]] {
+      core_.trace.orch->record({detail::trace_now(), 0, s.trace_id, 0, detail::TraceKind::Ready});
+    }
     core_.ready_inbox.push(&s);  // seq_cst: publishes the task data
     core_.notify_scheduler();
     return;
@@ -531,6 +614,9 @@ inline void OrchestratorBase::publish(Slot& s) {
   // the task data to the scheduler (the inbox push is seq_cst as well).
   if (s.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     s.state.store(TaskState::Ready, std::memory_order_relaxed);
+    if (ready_traced) [[unlikely]] {
+      core_.trace.orch->record({detail::trace_now(), 0, s.trace_id, 0, detail::TraceKind::Ready});
+    }
     core_.ready_inbox.push(&s);
     core_.notify_scheduler();
   }
@@ -611,6 +697,7 @@ inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> s
   Slot& s = *sp;
   t.data = reinterpret_cast<std::uintptr_t>(heaps_[ring].base() + a.offset);
   s.run_id = core_.run.id();
+  s.trace_id = 0;  // not a task: no node, and no edge from it
   s.heap_ring = ring;
   s.heap_seq = a.seq;
   s.has_config = false;

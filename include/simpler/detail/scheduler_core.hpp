@@ -41,6 +41,8 @@ class SchedulerCore {
   void drain_worklist();
   void dispatch(RoleQueues& q);
   void dispatch_shared(RoleQueues& q, CallableKind kind);
+  void trace_pass(std::int64_t begin, std::uint64_t routed) noexcept;
+  void trace_event(TraceKind kind, const Slot& s, std::uint32_t arg, Outcome o) noexcept;
   bool skip_if_cancelled(Slot& s);
   void fail_unplaceable(Slot& s, Role role);
   /// Fails a task directed at a lost lane (one abandoned at a deadline) without posting it.

@@ -21,6 +21,10 @@ inline void SchedulerCore::prepare() {
       (*q->lanes)[i]->index = static_cast<std::uint32_t>(i);
     }
   }
+  // Trace tracks: the next-level lanes, then the sub lanes, after the Orchestrator and Scheduler.
+  std::uint16_t track = kFirstLaneTrack;
+  for (LaneCore* l : core_.next_level) l->trace_track = track++;
+  for (LaneCore* l : core_.subs) l->trace_track = track++;
 }
 
 inline bool SchedulerCore::any_busy() const noexcept {
@@ -43,6 +47,10 @@ inline void SchedulerCore::run_loop() noexcept {
     if (arrived || finished) {
       // Cleared before taking work, so an Orchestrator that sees the inbox empty also sees this.
       core_.sched_idle.store(false, std::memory_order_seq_cst);
+      const bool pass_traced =
+          arrived && core_.trace_level.load(std::memory_order_relaxed) >= kTraceSched;
+      const std::int64_t pass_begin = pass_traced ? trace_now() : 0;
+      const std::uint64_t routed_before = routed_;
       if (finished) take_done();
       if (arrived) take_inbox();
       std::uint64_t before = 0;
@@ -51,6 +59,8 @@ inline void SchedulerCore::run_loop() noexcept {
         dispatch(next_);
         dispatch(sub_);
       } while (routed_ != before);
+      if (pass_traced) [[unlikely]]
+        trace_pass(pass_begin, routed_ - routed_before);
       continue;
     }
     if (core_.stop.load(std::memory_order_seq_cst) && !any_busy()) return;
@@ -67,6 +77,36 @@ inline void SchedulerCore::run_loop() noexcept {
         core_.timing.spin,
         std::min(std::chrono::steady_clock::now() + core_.timing.idle_tick, next_check_));
   }
+}
+
+// Level 3: one scheduler pass that took new work, with the tasks it routed and what it left queued.
+inline void SchedulerCore::trace_pass(std::int64_t begin, std::uint64_t routed) noexcept {
+  std::size_t queued = 0;
+  for (const RoleQueues* q : {&next_, &sub_}) {
+    queued += q->groups.size();
+    for (const auto& a : q->any) queued += a.size();
+    for (const auto& d : q->directed) queued += d.size();
+  }
+  TraceEvent e;
+  e.kind = TraceKind::Pass;
+  e.t0 = begin;
+  e.t1 = trace_now();
+  e.arg = static_cast<std::uint32_t>(routed);
+  e.arg2 = static_cast<std::uint32_t>(queued);
+  e.track = kSchedTrack;
+  core_.trace.sched->record(e);
+}
+
+inline void SchedulerCore::trace_event(TraceKind kind, const Slot& s, std::uint32_t arg,
+                                       Outcome o) noexcept {
+  TraceEvent e;
+  e.kind = kind;
+  e.t0 = trace_now();
+  e.task = s.trace_id;
+  e.arg = arg;
+  e.outcome = static_cast<std::uint8_t>(o);
+  e.track = kSchedTrack;
+  core_.trace.sched->record(e);
 }
 
 inline bool SchedulerCore::has_queued_work() const noexcept {
@@ -252,8 +292,16 @@ inline void SchedulerCore::route(Slot& s) {
 inline void SchedulerCore::drain_worklist() {
   while (!worklist_.empty()) {
     const Finished f = worklist_.pop_front();
-    core_.complete(core_.pool.at(f.slot), f.outcome != Outcome::Success,
-                   [this](Slot& c) { became_ready(c); });
+    Slot& s = core_.pool.at(f.slot);
+    const std::int32_t traced = core_.trace_level.load(std::memory_order_relaxed);
+    // A single task completed here never ran on a lane (those complete themselves).
+    if (traced != 0 && !s.is_group()) [[unlikely]]
+      trace_event(TraceKind::Skip, s, 0, f.outcome);
+    core_.complete(s, f.outcome != Outcome::Success, [this, traced](Slot& c) {
+      if (traced >= kTraceDeps) [[unlikely]]
+        trace_event(TraceKind::Ready, c, 0, Outcome::Success);
+      became_ready(c);
+    });
   }
 }
 
@@ -290,6 +338,9 @@ inline void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
                                            : steady_from_ns(run_dl);
       next_check_ = std::min(next_check_, first);
     }
+  }
+  if (core_.trace_level.load(std::memory_order_relaxed) >= kTraceDeps) [[unlikely]] {
+    trace_event(TraceKind::Dispatch, s, lane.trace_track, Outcome::Success);
   }
   lane.ring[lane.staged % LaneCore::kDepth] = {s.id, member, watched ? 1U : 0U};
   ++lane.staged;

@@ -71,6 +71,7 @@ struct Slot {
   std::unique_ptr<CallConfig> config;     // kept across reuse; valid when has_config
   bool has_config = false;
   std::uint32_t timeout_ms = 0;  // deadline from the task's start; 0 = none (routing field)
+  std::uint32_t trace_id = 0;    // 1-based id in its run when traced (or dep_gen), else 0
 
   // ---- dependency state, shared between threads.
   /// Producers still to finish + 1 while the Orchestrator is wiring. Whoever takes it to 0 makes

@@ -29,6 +29,18 @@ class TensorMap {
     }
   }
 
+  /// Calls f(producer, bytes) for every entry overlapping [begin, end), with the bytes of the
+  /// overlap, in address order.
+  template <class F>
+  void lookup_overlaps(std::uint64_t space, std::uint64_t begin, std::uint64_t end, F&& f) const {
+    for (auto it = first_overlap(space, begin);
+         it != map_.end() && it->first.space == space && it->first.begin < end; ++it) {
+      const std::uint64_t b = it->first.begin > begin ? it->first.begin : begin;
+      const std::uint64_t e = it->second.end < end ? it->second.end : end;
+      if (e > b) f(it->second.producer, e - b);
+    }
+  }
+
   /// Makes `producer` the writer of [begin, end); entries it covers are dropped, entries it
   /// covers partly keep their uncovered bytes.
   void insert(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot producer) {

@@ -14,6 +14,10 @@
 
 namespace simpler {
 
+namespace detail {
+struct TraceReply;
+}
+
 /// What a leaf is asked to run: the callable's identity, its arguments and its config. The
 /// pointed-to data lives until the leaf returns.
 struct LeafRequest {
@@ -26,6 +30,9 @@ struct LeafRequest {
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::uint32_t deadline_ms = 0;  ///< the deadline's length, for messages
   bool run_deadline = false;      ///< the deadline is the run's (else the task's own timeout)
+  /// Set when the task is traced (detail/trace.hpp): a transport whose child times the task
+  /// reports the times there, a leaf with a trace of its own (a nested Worker) appends it.
+  detail::TraceReply* trace = nullptr;
 };
 
 /// Runs one task; reports failure by throwing (the lane turns it into a TaskFailure outcome).

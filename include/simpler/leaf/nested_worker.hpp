@@ -49,7 +49,11 @@ class NestedWorker {
                       e->name, to_string(e->kind),
                       e->kind == CallableKind::Chip ? "; submit it to a chip worker" : ""));
     }
-    inner_->run_registered(e->orch, r.args, *r.config);
+    if (r.trace != nullptr && r.trace->level != 0) {
+      inner_->run_traced(e->orch, r.args, *r.config, *r.trace);  // the inner trace comes back
+    } else {
+      inner_->run_registered(e->orch, r.args, *r.config);
+    }
   }
   [[nodiscard]] std::string callable_name(const LeafRequest& r) const {
     return registry_->name_of(r.digest, r.index_hint);

@@ -33,6 +33,7 @@
 #include "simpler/detail/mailbox.hpp"
 #include "simpler/detail/process.hpp"
 #include "simpler/detail/shared_memory.hpp"
+#include "simpler/detail/trace.hpp"
 #include "simpler/error.hpp"
 #include "simpler/transport/transport.hpp"
 
@@ -42,10 +43,13 @@ namespace detail {
 /// The child's side of one task frame: validates the frame (blob size within the mailbox, a
 /// well-formed blob), runs the leaf, and records the outcome in the frame (a failure as its
 /// kind, code and message). Never throws: a malformed or truncated frame is a task failure with a
-/// message, not a crash.
+/// message, not a crash. With `trace` (a traced task), records when the leaf ran in the frame and
+/// hands `trace` to the leaf.
 template <class L>
-void serve_frame(MailboxHeader& box, const std::byte* blob, L& leaf) noexcept {
+void serve_frame(MailboxHeader& box, const std::byte* blob, L& leaf,
+                 TraceReply* trace = nullptr) noexcept {
   clear_frame_error(box);
+  if (trace != nullptr) box.trace_begin_ns = trace_now();
   try {
     if (box.blob_bytes > kMailboxBlobCapacity) {
       throw TransportError(fmt::format("mailbox frame claims a {}-byte blob; the capacity is {}",
@@ -56,10 +60,12 @@ void serve_frame(MailboxHeader& box, const std::byte* blob, L& leaf) noexcept {
     r.index_hint = box.index_hint;
     r.config = &box.config;
     r.args = decode_args_blob(std::span<const std::byte>(blob, box.blob_bytes));
+    r.trace = trace;
     leaf.run(r);
   } catch (...) {
     write_frame_exception(box);
   }
+  if (trace != nullptr) box.trace_end_ns = trace_now();
 }
 }  // namespace detail
 
@@ -152,6 +158,7 @@ struct ForkShmTransport {
       box_->digest = r.digest;
       box_->index_hint = r.index_hint;
       box_->config = *r.config;
+      box_->trace_level = r.trace != nullptr ? r.trace->level : 0;
       box_->blob_bytes = static_cast<std::uint32_t>(need);
       encode_args_blob(r.args, std::span<std::byte>(blob(), need));
       post(detail::MailboxState::TaskReady);
@@ -170,6 +177,8 @@ struct ForkShmTransport {
                                 detail::describe_deadline(r), killed_pid_));
           return Outcome::EndpointFailure;
       }
+      if (r.trace != nullptr) [[unlikely]]
+        take_trace(*r.trace);
       return take_answer(fault) ? Outcome::Success : Outcome::TaskFailure;
     }
 
@@ -308,6 +317,24 @@ struct ForkShmTransport {
       return ok;
     }
 
+    /// A traced task's times and nested trace, as the child left them in the mailbox.
+    void take_trace(detail::TraceReply& t) noexcept {
+      t.begin_ns = box_->trace_begin_ns;
+      t.end_ns = box_->trace_end_ns;
+      t.nested_dropped += box_->trace_lost;
+      const std::uint32_t n = box_->trace_bytes;
+      if (n == 0) return;
+      if (n > detail::kMailboxBlobCapacity) {
+        ++t.nested_dropped;  // a malformed answer: not read
+        return;
+      }
+      try {
+        t.nested.assign(blob(), blob() + n);
+      } catch (...) {
+        ++t.nested_dropped;
+      }
+    }
+
     static std::string payload_too_big(std::uint64_t command, std::size_t bytes) noexcept {
       try {
         return fmt::format(
@@ -357,11 +384,32 @@ struct ForkShmTransport {
             answer(detail::MailboxState::ControlDone);
             break;
           default:
-            detail::serve_frame(*box_, blob(), *leaf_);
+            if (box_->trace_level != 0) [[unlikely]] {
+              serve_traced();
+            } else {
+              detail::serve_frame(*box_, blob(), *leaf_);
+            }
             answer(detail::MailboxState::TaskDone);
             break;
         }
       }
+    }
+
+    /// The child's side of a traced task: the leaf's nested trace goes back in the blob area (the
+    /// task's arguments there are no longer needed), or is counted as lost when it does not fit.
+    void serve_traced() noexcept {
+      detail::TraceReply reply;
+      reply.level = box_->trace_level;
+      box_->trace_bytes = 0;
+      box_->trace_lost = 0;
+      detail::serve_frame(*box_, blob(), *leaf_, &reply);
+      if (reply.nested.size() <= detail::kMailboxBlobCapacity) {
+        if (!reply.nested.empty()) std::memcpy(blob(), reply.nested.data(), reply.nested.size());
+        box_->trace_bytes = static_cast<std::uint32_t>(reply.nested.size());
+      } else {
+        box_->trace_lost = 1;
+      }
+      box_->trace_lost += reply.nested_dropped;
     }
 
     /// The child's side: publishes its answer and wakes the parent.
