@@ -652,7 +652,11 @@ class BasicWorker {
             ++p.dropped;
             continue;
           }
-          const std::string own = fmt::format("{} worker {}", nested[first].name, l->id);
+          // A nested Worker ("L3") is named after this lane; a chip's trace keeps its name.
+          const std::string& inner = nested[first].name;
+          const bool worker = inner.size() > 1 && inner[0] == 'L' &&
+                              inner.find_first_not_of("0123456789", 1) == std::string::npos;
+          const std::string own = worker ? fmt::format("{} worker {}", inner, l->id) : inner;
           nested[first].name = own;
           for (std::size_t i = first + 1; i < nested.size(); ++i) {
             nested[i].name = fmt::format("{} / {}", own, nested[i].name);

@@ -116,7 +116,7 @@ struct TraceIndex {
         tasks[{pid, a["run"].integer(), a["task"].integer()}].push_back(
             {pid, static_cast<int>(e["tid"].integer()), e["ts"].num, e["dur"].num, e["name"].str,
              a["outcome"].str});
-      } else if (ph == "s" || ph == "f") {
+      } else if ((ph == "s" || ph == "f") && e["cat"].str == "dep") {
         Flow& fl = flows[e["id"].integer()];
         fl.pid = pid;
         fl.run = e["args"]["run"].integer();

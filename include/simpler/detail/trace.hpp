@@ -53,6 +53,9 @@ enum class TraceKind : std::uint8_t {
   Skip,      ///< t0; task; outcome: ended without running (skipped, or its worker was lost)
   Pass,      ///< t0 start, t1 end of a scheduler pass; arg = tasks routed; arg2 = queued after
   Tensor,    ///< level 4: task; t0 = data; t1 = bytes; arg = tag
+  /// A chip's event (device ABI simpler_trace_event): t0/t1 begin/end; task = chip task + 1;
+  /// arg = flow_from + 1 (0 = none); arg2 = func_id + 1; outcome = simpler_trace_kind.
+  Chip,
 };
 
 /// One record, 32 bytes. `track` is the recording thread (0 Orchestrator, 1 Scheduler, 2 + i

@@ -244,9 +244,36 @@ inline std::string render_chrome_trace(const std::vector<TraceProcess>& processe
       s += fmt::format("{}{} {:#x} {} B", s.empty() ? "" : ", ",
                        to_string(static_cast<TensorArgType>(e.arg)), e.t0, e.t1);
     }
+    // A chip's kernel slices by chip task (for its flows).
+    std::map<std::uint32_t, TaskInfo> kernels;
     for (const TraceEvent& e : p.events) {
       const int t = track_tid(e.track);
       switch (e.kind) {
+        case TraceKind::Chip: {
+          static constexpr const char* kChipKinds[] = {
+              "event", "kernel", "dispatch", "complete", "submit", "dependency", "scheduler"};
+          const char* what = e.outcome < 7 ? kChipKinds[e.outcome] : "event";
+          if (e.outcome == 5) break;  // dependencies: flows, below
+          const std::string name =
+              e.arg2 != 0 ? fmt::format("{} func {}", what, e.arg2 - 1) : std::string(what);
+          begin_event();
+          if (e.outcome == 1) {  // a kernel: a slice on its core
+            TaskInfo& k = kernels[e.task];
+            if (k.t1 < 0) k = {name, t, e.t0, e.t1};
+            out += fmt::format(
+                R"({{"ph":"X","cat":"kernel","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"task":{}}}}})",
+                name, pid, t, us(e.t0), us(e.t1 - e.t0), static_cast<std::int64_t>(e.task) - 1);
+          } else if (e.t1 > e.t0) {
+            out += fmt::format(
+                R"({{"ph":"X","cat":"chip","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"task":{}}}}})",
+                name, pid, t, us(e.t0), us(e.t1 - e.t0), static_cast<std::int64_t>(e.task) - 1);
+          } else {
+            out += fmt::format(
+                R"({{"ph":"i","s":"t","cat":"chip","name":"{}","pid":{},"tid":{},"ts":{},"args":{{"task":{}}}}})",
+                name, pid, t, us(e.t0), static_cast<std::int64_t>(e.task) - 1);
+          }
+          break;
+        }
         case TraceKind::Submit:
           begin_event();
           out += fmt::format(R"({{"ph":"i","s":"t","cat":"submit","name":)");
@@ -306,6 +333,24 @@ inline std::string render_chrome_trace(const std::vector<TraceProcess>& processe
         case TraceKind::Tensor:
           break;
       }
+    }
+    // A chip's dependency flows, between its tasks' first kernel slices.
+    for (const TraceEvent& e : p.events) {
+      if (e.kind != TraceKind::Chip || e.outcome != 5 || e.arg == 0) continue;
+      auto from = kernels.find(e.arg);
+      auto to = kernels.find(e.task);
+      if (from == kernels.end() || to == kernels.end()) continue;
+      const TaskInfo& a = from->second;
+      const TaskInfo& b = to->second;
+      ++flow_id;
+      begin_event();
+      out += fmt::format(
+          R"({{"ph":"s","cat":"chip_dep","name":"dep","id":{},"pid":{},"tid":{},"ts":{}}})",
+          flow_id, pid, a.tid, us(a.t1 > a.t0 ? a.t1 - 1 : a.t0));
+      begin_event();
+      out += fmt::format(
+          R"({{"ph":"f","bp":"e","cat":"chip_dep","name":"dep","id":{},"pid":{},"tid":{},"ts":{}}})",
+          flow_id, pid, b.tid, us(b.t0));
     }
     // Dependency flows: from inside the producer's slice to the start of the consumer's.
     for (const TraceEvent& e : p.events) {
