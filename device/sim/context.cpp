@@ -268,6 +268,17 @@ int load_orchestration(Context& ctx, const simpler_chip_callable_desc& d, Callab
   return SIMPLER_OK;
 }
 
+/// A kernel's name in traces and the DAG: its file name without "lib" and ".so" (.../kernel_add.so
+/// is "kernel_add"), with ":symbol" when the symbol is not kernel_entry.
+std::string kernel_name(const char* path, const char* symbol) {
+  std::string n = path;
+  if (const auto slash = n.rfind('/'); slash != std::string::npos) n.erase(0, slash + 1);
+  if (n.rfind("lib", 0) == 0) n.erase(0, 3);
+  if (const auto dot = n.find(".so"); dot != std::string::npos) n.erase(dot);
+  if (std::strcmp(symbol, "kernel_entry") != 0) n += std::string(":") + symbol;
+  return n;
+}
+
 /// Loads every kernel of `d` into `c.kernels` (by func_id). On failure, unloads everything `c`
 /// loaded, the orchestration included.
 int load_kernels(Context& ctx, const simpler_chip_callable_desc& d, Callable& c) {
@@ -291,6 +302,7 @@ int load_kernels(Context& ctx, const simpler_chip_callable_desc& d, Callable& c)
           fmt::format("kernel func_id {} ({}) does not export {}", k.func_id, k.path, sym));
     }
     c.kernels[static_cast<std::size_t>(k.func_id)] = fn;
+    c.kernel_names[static_cast<std::size_t>(k.func_id)] = kernel_name(k.path, sym);
   }
   return SIMPLER_OK;
 }
@@ -302,6 +314,7 @@ int Context::register_callable(std::int32_t id, const simpler_chip_callable_desc
   if (const int rc = check_callable_desc(*this, d); rc != SIMPLER_OK) return rc;
   Callable c;
   c.kernels.assign(SIMPLER_MAX_FUNC_ID, nullptr);
+  c.kernel_names.assign(SIMPLER_MAX_FUNC_ID, std::string());
   if (const int rc = load_orchestration(*this, *d, c); rc != SIMPLER_OK) return rc;
   if (const int rc = load_kernels(*this, *d, c); rc != SIMPLER_OK) return rc;
   c.registered = true;
@@ -487,6 +500,7 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
   int aicpu_threads = config.default_aicpu_threads;
   Sizing s{};
   if (const int rc = resolve_run_config(*this, cfg, aicpu_threads, s); rc != SIMPLER_OK) return rc;
+  if (const int rc = diag_prepare(*this, cfg); rc != SIMPLER_OK) return rc;
   if (const int rc = ensure_arena(s); rc != SIMPLER_OK) return rc;
 
   run.callable = id;
@@ -506,6 +520,7 @@ int Context::launch_run() {
   }
   install_fault_handler();
   boot();
+  diag_launch(*this);
   // relaxed: the device threads are asleep; the seq_cst generation bump below publishes these.
   outcome.status.store(0, std::memory_order_relaxed);
   {
@@ -582,7 +597,7 @@ int Context::finalize_run() {
     if (outcome.broken.load())
       life.last_error += fmt::format(" (the context is now unusable: {})", outcome.broken_reason);
   }
-  return status;
+  return diag_finish(*this, status);
 }
 
 void Context::stats(simpler_context_stats* out) const {

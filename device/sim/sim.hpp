@@ -35,6 +35,7 @@
 #include "simpler/detail/event_count.hpp"
 #include "simpler/device/device_abi.h"
 #include "simpler/device/task_abi.h"
+#include "trace.hpp"
 
 namespace simpler::sim {
 
@@ -343,6 +344,7 @@ struct Callable {
   simpler_orch_entry_fn entry = nullptr;
   std::int32_t expected_args = 0;
   std::vector<simpler_kernel_fn> kernels;  ///< by func_id; nullptr = none
+  std::vector<std::string> kernel_names;   ///< by func_id, for traces and the DAG ("" = none)
   std::vector<void*> kernel_handles;
 };
 
@@ -588,6 +590,7 @@ class Context {
   ArenaState arena;
   Counters counters;
   RunSetup run;
+  Diag diag;  ///< traces and the DAG (trace.hpp says who writes what)
   Threads threads;
   // Written by the device threads during a run.
   Outcome outcome;
