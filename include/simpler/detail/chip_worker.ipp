@@ -460,7 +460,47 @@ inline int ChipWorker::leaf_callable_id(const LeafRequest& r) {
 inline void ChipWorker::run(const LeafRequest& r) {
   check_ready("run");
   const int id = leaf_callable_id(r);
-  run_raw(id, r.args, *r.config, "run");
+  if (r.trace == nullptr || r.trace->level == 0) {
+    run_raw(id, r.args, *r.config, "run");
+    return;
+  }
+  // A traced host task: the chip records at least at the host's level, and its events join the
+  // host trace (its own files, if the task asked for them, are written as well).
+  if (r.config->enable_l2_swimlane < r.trace->level) {
+    CallConfig c = *r.config;
+    c.enable_l2_swimlane = r.trace->level;
+    run_raw(id, r.args, c, "run");
+  } else {
+    run_raw(id, r.args, *r.config, "run");
+  }
+  append_trace(*r.trace);
+}
+
+inline void ChipWorker::append_trace(detail::TraceReply& reply) const {
+  const simpler_trace_info info = last_run_trace();
+  std::vector<detail::TraceProcess> procs(1);
+  detail::TraceProcess& p = procs[0];
+  p.name = fmt::format("chip {}", device_id_);
+  p.level = reply.level;
+  p.dropped = info.dropped;
+  for (std::uint32_t t = 0; t < info.track_count; ++t) {
+    p.tracks.emplace_back(info.track_names[t] != nullptr ? info.track_names[t] : "?");
+  }
+  p.events.reserve(static_cast<std::size_t>(info.event_count));
+  for (std::uint64_t i = 0; i < info.event_count; ++i) {
+    const simpler_trace_event& c = info.events[i];
+    detail::TraceEvent e;
+    e.kind = detail::TraceKind::Chip;
+    e.t0 = static_cast<std::int64_t>(c.begin_ns);
+    e.t1 = static_cast<std::int64_t>(c.end_ns);
+    e.task = static_cast<std::uint32_t>(c.task_id + 1);
+    e.arg = static_cast<std::uint32_t>(c.flow_from + 1);
+    e.arg2 = static_cast<std::uint32_t>(c.func_id + 1);
+    e.outcome = static_cast<std::uint8_t>(c.kind);
+    e.track = static_cast<std::uint16_t>(c.track);
+    p.events.push_back(e);
+  }
+  detail::serialize_trace(procs, reply.nested);
 }
 
 inline std::string ChipWorker::callable_name(const LeafRequest& r) const {

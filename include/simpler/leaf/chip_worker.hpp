@@ -139,6 +139,8 @@ class ChipWorker {
   /// Worker whose children are threads) is registered on the chip at its first run. Throws
   /// Error for a digest that names no chip callable, DeviceError when the run fails.
   void run(const LeafRequest& r);
+  /// Appends the last run's chip trace to a traced task's reply (as process "chip <id>").
+  void append_trace(detail::TraceReply& reply) const;
   [[nodiscard]] std::string callable_name(const LeafRequest& r) const;
   /// Serves kControlRegisterChip (the callable in `payload`) / kControlUnregisterChip in a forked
   /// chip child; nullopt for any other command (the transport answers it as unknown). Throws
