@@ -516,6 +516,7 @@ inline void OrchestratorBase::infer_and_wire(Slot& s) {
 }
 
 inline void OrchestratorBase::publish(Slot& s) {
+  core_.stats.submitted.add();
   // No edge was linked: no other thread knows this slot yet, so the wiring hold can be dropped
   // without an atomic read-modify-write.
   if (s.producers.empty()) {
