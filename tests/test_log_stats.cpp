@@ -3,7 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
+
+#include <regex>
 
 #include <atomic>
 #include <mutex>
@@ -14,6 +17,7 @@
 
 #include <simpler/simpler.hpp>
 
+#include "support/child_modes.hpp"
 #include "support/gate.hpp"
 #include "support/recording_leaf.hpp"
 
@@ -138,6 +142,54 @@ TEST_CASE("a Worker logs its registrations, forks, ready children, a child's dea
   CHECK(log.with("died").size() == 1);
 }
 
+TEST_CASE("every process of a forked Worker tree logs to stderr with its own level and pid",
+          "[log][process][nested]") {
+  // stderr goes to a file for the Worker's lifetime; the forked children inherit it and the level.
+  const LogLevel before = log_level();
+  set_log_level(LogLevel::Info);
+  char path[] = "/tmp/simpler_test_log_XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::unlink(path);
+  const int saved = ::dup(2);
+  ::dup2(fd, 2);
+  {
+    Worker w4(options_for<InProcesses>(0, 4));
+    Worker l3(options_for<InProcesses>(1, 3));
+    l3.register_sub("noop", [](TaskArgsView) {});
+    w4.add_worker(std::move(l3));
+    w4.init();
+    w4.close();
+  }
+  ::dup2(saved, 2);
+  ::close(saved);
+  set_log_level(before);
+  std::string text;
+  char buf[4096];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, at);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    at += n;
+  }
+  ::close(fd);
+  INFO(text);
+  std::smatch m;
+  const std::string me = std::to_string(::getpid());
+  REQUIRE(std::regex_search(text, m,
+                            std::regex("simpler \\[info\\] L4 pid " + me +
+                                       ": forked next-level worker 0 \\(L3\\) \\(pid (\\d+)\\)")));
+  const std::string child = m[1];
+  CHECK(child != me);
+  // The L3 runs in its own process and says so.
+  CHECK_THAT(text,
+             Catch::Contains("simpler [info] L3 pid " + child + ": forked sub worker 0 (pid "));
+  CHECK_THAT(text, Catch::Contains("simpler [info] L3 pid " + child +
+                                   ": initialised: 1 sub worker(s), 0 next-level worker(s)"));
+  CHECK_THAT(text, Catch::Contains("simpler [info] L3 pid " + child + ": closed\n"));
+  CHECK_THAT(text, Catch::Contains("simpler [info] L4 pid " + me + ": closed\n"));
+}
+
 TEST_CASE("per-run lines are debug lines: absent at info, present at debug", "[log]") {
   auto run_once = [](LogLevel level) {
     CapturedLog log(level);
@@ -166,14 +218,16 @@ TEST_CASE("a thread lane past its task deadline logs a warning naming it", "[log
   CapturedLog log(LogLevel::Warn);
   WorkerOptions o = thread_options(1);
   o.task_timeout = std::chrono::milliseconds(50);
-  Gate release;
+  // Static: the abandoned thread may still be inside wait() when this test returns.
+  static Gate gate;
+  Gate* release = &gate;
   {
     Worker w(o);
-    auto stuck = w.register_sub("stuck", [&](TaskArgsView) { release.wait(); });
+    auto stuck = w.register_sub("stuck", [release](TaskArgsView) { release->wait(); });
     w.init();
     CHECK_THROWS(w.run(
         [&](Orchestrator& orch, TaskArgsView, const CallConfig&) { orch.submit_sub(stuck); }));
-    release.open();  // the abandoned thread may finish now
+    release->open();  // the abandoned thread may finish now
     w.close();
   }
   INFO(log.all());

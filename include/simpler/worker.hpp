@@ -439,11 +439,9 @@ class BasicWorker {
       }
     });
     if (!report.empty()) {
-      detail::log_worker(LogLevel::Warn, options_.level, "closed; children ended abnormally: {}",
-                         report);
+      detail::log_worker(LogLevel::Warn, options_.level, "children ended abnormally: {}", report);
       throw TransportError(fmt::format("Worker::close: children ended abnormally: {}", report));
     }
-    detail::log_worker(LogLevel::Info, options_.level, "closed");
   }
   /// close() for teardown paths: never throws.
   void shutdown_quietly() noexcept { shutdown(); }
@@ -459,9 +457,10 @@ class BasicWorker {
   [[nodiscard]] Scheduler<Lanes...>& scheduler() noexcept { return *sched_; }
 
   /// What this Worker has done so far: tasks per lane and in all, the scheduler's queue, the
-  /// heap rings, runs (see WorkerStats). Any thread, at any time after construction, during a
-  /// run too: a snapshot of counters the engine keeps without locks, so fields may disagree
-  /// slightly while tasks move; exact between runs. Costs the engine nothing (it only reads).
+  /// heap rings, runs (see WorkerStats). After init(), from any thread, during a run too (before
+  /// init(), from the thread that calls init()): a snapshot of counters the engine keeps without
+  /// locks, so fields may disagree slightly while tasks move; exact between runs. Costs the engine
+  /// nothing (it only reads).
   [[nodiscard]] WorkerStats stats() const {
     WorkerStats out;
     out.level = options_.level;
@@ -817,8 +816,10 @@ class BasicWorker {
   }
   void shutdown() noexcept {
     if (state_ == State::Closed) return;
+    const bool started = state_ != State::New;
     if (sched_) sched_->stop();
     state_ = State::Closed;
+    if (started) detail::log_worker(LogLevel::Info, options_.level, "closed");
   }
 
   WorkerOptions options_;
