@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "simpler/types.hpp"
+#include "simpler/task.hpp"
 
 namespace simpler {
 

@@ -28,14 +28,13 @@
 
 #include <fmt/format.h>
 
-#include "simpler/log.hpp"
-
 #include "simpler/args_blob.hpp"
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/mailbox.hpp"
 #include "simpler/detail/process.hpp"
 #include "simpler/detail/shared_memory.hpp"
 #include "simpler/error.hpp"
+#include "simpler/log.hpp"
 #include "simpler/transport/transport.hpp"
 
 namespace simpler {
@@ -303,8 +302,7 @@ struct ForkShmTransport {
         }
         if (std::chrono::steady_clock::now() >= deadline) {
           killed_pid_ = pid_;
-          log(LogLevel::Warn, "the child of {} (pid {}) passed its deadline; killing it: it {}",
-              pid_, why_killed);
+          log(LogLevel::Warn, "the child of {} (pid {}) {}", pid_, why_killed);
           detail::kill_and_reap(pid_);
           pid_ = -1;
           set(death_, why_killed);
