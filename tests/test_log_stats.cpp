@@ -20,6 +20,7 @@
 #include "support/child_modes.hpp"
 #include "support/gate.hpp"
 #include "support/recording_leaf.hpp"
+#include "support/remote_server.hpp"
 
 using namespace simpler;
 using namespace simpler::testing;
@@ -188,6 +189,27 @@ TEST_CASE("every process of a forked Worker tree logs to stderr with its own lev
                                    ": initialised: 1 sub worker(s), 0 next-level worker(s)"));
   CHECK_THAT(text, Catch::Contains("simpler [info] L3 pid " + child + ": closed\n"));
   CHECK_THAT(text, Catch::Contains("simpler [info] L4 pid " + me + ": closed\n"));
+}
+
+TEST_CASE("a remote worker's lane logs its attach and detach", "[log][remote]") {
+  RemoteServerOptions so;
+  so.worker = thread_options(0);
+  so.buffer_pool_bytes = std::uint64_t{64} << 20;
+  so.log = false;
+  ServerProcess server(so, [](RemoteSession&) {});
+  CapturedLog log(LogLevel::Info);
+  {
+    WorkerOptions o = thread_options(0);
+    o.level = 4;
+    Worker w(o);
+    w.add_remote_worker(server.spec());
+    w.init();
+    w.close();
+  }
+  INFO(log.all());
+  const std::string lane = fmt::format("remote worker 0 ({})", server.endpoint());
+  CHECK(log.with(prefix("info", 4) + lane + " attached (" + server.endpoint() + ")\n").size() == 1);
+  CHECK(log.with(prefix("info", 4) + lane + " detached\n").size() == 1);
 }
 
 TEST_CASE("per-run lines are debug lines: absent at info, present at debug", "[log]") {
