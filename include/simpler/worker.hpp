@@ -36,10 +36,12 @@
 #include "simpler/leaf/chip_worker.hpp"
 #include "simpler/leaf/nested_worker.hpp"
 #include "simpler/leaf/sub_worker.hpp"
+#include "simpler/log.hpp"
 #include "simpler/options.hpp"
 #include "simpler/orchestrator.hpp"
 #include "simpler/remote/remote.hpp"
 #include "simpler/scheduler.hpp"
+#include "simpler/stats.hpp"
 #include "simpler/task_args.hpp"
 #include "simpler/transport/fork_shm_transport.hpp"
 #include "simpler/transport/mpi_transport.hpp"
@@ -117,6 +119,7 @@ class BasicWorker {
         registry_(std::make_unique<detail::CallableRegistry>(detail::next_worker_token())),
         core_(std::make_unique<detail::EngineCore>()) {
     validate_options(options_);
+    detail::report_bad_env_once();
     fork_generation_ = detail::fork_generation();
     core_->level = options_.level;
     core_->registry = registry_.get();
@@ -159,7 +162,7 @@ class BasicWorker {
   /// during a run.
   CallableHandle register_sub(std::string name, SubFunction fn) {
     check_can_register("register_sub");
-    return registry_->add(CallableKind::Sub, std::move(name), std::move(fn), {});
+    return logged(registry_->add(CallableKind::Sub, std::move(name), std::move(fn), {}));
   }
   /// Registers an orchestration function for next-level workers (nested Workers). `fn` is
   /// called as fn(orchestrator, args, config) with the nested Worker's Orchestrator (for the
@@ -177,7 +180,7 @@ class BasicWorker {
         f(static_cast<Target&>(o), a, c);
       };
     }
-    return registry_->add(CallableKind::Orch, std::move(name), {}, std::move(erased));
+    return logged(registry_->add(CallableKind::Orch, std::move(name), {}, std::move(erased)));
   }
 
   /// Registers a chip callable (an orchestration .so and its kernels) for the chip children
@@ -209,7 +212,7 @@ class BasicWorker {
         throw;
       }
     }
-    return h;
+    return logged(h);
   }
 
   /// Adds a child on lane type `Lane` (one of this Worker's Lanes): any transport, any leaf.
@@ -380,11 +383,19 @@ class BasicWorker {
                                     separate[static_cast<std::size_t>(detail::Role::NextLevel)]);
       }
       sched_->start();  // on failure it has stopped every child it started
+    } catch (const std::exception& e) {
+      state_ = State::Failed;
+      detail::log_worker(LogLevel::Warn, options_.level, "init failed: {}", e.what());
+      throw;
     } catch (...) {
       state_ = State::Failed;
       throw;
     }
     state_ = State::Ready;
+    detail::log_worker(LogLevel::Info, options_.level,
+                       "initialised: {} sub worker(s), {} next-level worker(s) ({} children)",
+                       core_->subs.size(), core_->next_level.size(),
+                       options_.child_mode == ChildMode::Process ? "forked" : "threaded");
   }
 
   /// Runs `orch` on this thread with a fresh Orchestrator scope, then waits until every task it
@@ -438,6 +449,7 @@ class BasicWorker {
       }
     });
     if (!report.empty()) {
+      detail::log_worker(LogLevel::Warn, options_.level, "children ended abnormally: {}", report);
       throw TransportError(fmt::format("Worker::close: children ended abnormally: {}", report));
     }
     if (auto e = std::exchange(trace_error_, nullptr)) std::rethrow_exception(e);
@@ -459,6 +471,59 @@ class BasicWorker {
   /// The Orchestrator, for introspection between runs (live_tasks(), tensor_map_size()).
   [[nodiscard]] const Orchestrator& orchestrator() const noexcept { return *orch_; }
   [[nodiscard]] Scheduler<Lanes...>& scheduler() noexcept { return *sched_; }
+
+  /// What this Worker has done so far: tasks per lane and in all, the scheduler's queue, the
+  /// heap rings, runs (see WorkerStats). After init(), from any thread, during a run too (before
+  /// init(), from the thread that calls init()): a snapshot of counters the engine keeps without
+  /// locks, so fields may disagree slightly while tasks move; exact between runs. Costs the engine
+  /// nothing (it only reads).
+  [[nodiscard]] WorkerStats stats() const {
+    WorkerStats out;
+    out.level = options_.level;
+    const detail::EngineStats& es = core_->stats;
+    out.runs_completed = es.runs_completed.get();
+    out.runs_failed = es.runs_failed.get();
+    out.ready_queued = es.ready_queued.get();
+    std::uint64_t done[3] = {es.sched.completed.get(), es.sched.failed.get(),
+                             es.sched.skipped.get()};
+    for (const auto* table : {&core_->subs, &core_->next_level}) {
+      for (const detail::LaneCore* l : *table) {
+        LaneStats ls;
+        ls.name = l->name;
+        ls.sub = l->role == detail::Role::Sub;
+        ls.id = l->id;
+        for (CallableKind k : {CallableKind::Sub, CallableKind::Orch, CallableKind::Chip}) {
+          if ((l->runs & kind_bit(k)) == 0) continue;
+          if (!ls.kinds.empty()) ls.kinds += '+';
+          ls.kinds += to_string(k);
+        }
+        ls.dead = l->dead.load(std::memory_order_relaxed);
+        // Outcomes first, then what was handed over: both only grow, so in_flight >= 0 holds
+        // unless a count moved in between (clamped).
+        ls.completed = l->stat_lane.completed.get();
+        ls.failed = l->stat_lane.failed.get();
+        ls.skipped = l->stat_lane.skipped.get();
+        ls.submitted = l->stat_posted.get() + l->stat_kept.get();
+        const std::uint64_t ended = ls.completed + ls.failed + ls.skipped;
+        ls.in_flight = ls.submitted > ended ? ls.submitted - ended : 0;
+        done[0] += l->stat_tasks.completed.get();
+        done[1] += l->stat_tasks.failed.get();
+        done[2] += l->stat_tasks.skipped.get();
+        out.lanes.push_back(std::move(ls));
+      }
+    }
+    out.tasks_completed = done[0];
+    out.tasks_failed = done[1];
+    out.tasks_skipped = done[2];
+    out.tasks_submitted = es.submitted.get();
+    const std::uint64_t ended = done[0] + done[1] + done[2];
+    out.tasks_in_flight = out.tasks_submitted > ended ? out.tasks_submitted - ended : 0;
+    for (int i = 0; i < detail::kHeapRingCount; ++i) {
+      const detail::HeapRing& h = orch_->heap_ring(i);
+      out.heap_rings.push_back({h.used_bytes(), h.size()});
+    }
+    return out;
+  }
 
  private:
   enum class State { New, Ready, Failed, Closed };
@@ -484,6 +549,19 @@ class BasicWorker {
         detail::clamp_ms(config.timeout.count() > 0 ? config.timeout : options_.run_timeout);
     core_->run.begin(++run_id_);
     const RunTrace traced = begin_trace(config, parent_trace);
+    // Counts the run once it has drained (after finish_run), whichever way it ends.
+    struct CountRun {
+      detail::EngineCore& core;
+      std::uint32_t id;
+      bool ok = false;
+      ~CountRun() {
+        core.stats.runs_completed.add();
+        if (!ok) core.stats.runs_failed.add();
+        detail::log_worker(LogLevel::Debug, core.level, "run {} ended{}", id,
+                           ok ? "" : " with an error");
+      }
+    } count_run{*core_, run_id_};
+    detail::log_worker(LogLevel::Debug, options_.level, "run {} begins", run_id_);
     if (timeout_ms != 0) {
       core_->run_timeout_ms.store(timeout_ms, std::memory_order_relaxed);
       core_->run_deadline_ns.store(
@@ -515,6 +593,7 @@ class BasicWorker {
           "a scope_end (the run closed them)",
           left_open));
     }
+    count_run.ok = true;
   }
 
   // ---- Tracing and the dependency graph (detail/trace.hpp, docs/diagnostics.md).
@@ -918,6 +997,16 @@ class BasicWorker {
     throw Error(text);
   }
 
+  /// Logs a registration (info) and returns its handle.
+  CallableHandle logged(CallableHandle h) const {
+    if (log_enabled(LogLevel::Info)) {
+      const auto& e = registry_->at(h.index);
+      detail::log_worker(LogLevel::Info, options_.level, "registered {} callable '{}' ({:#018x})",
+                         to_string(e.kind), e.name, h.digest);
+    }
+    return h;
+  }
+
   void check_can_register(const char* api) const {
     if (state_ == State::Ready && has_process_children_) {
       throw UsageError(fmt::format(
@@ -934,11 +1023,13 @@ class BasicWorker {
   }
   void shutdown() noexcept {
     if (state_ == State::Closed) return;
+    const bool started = state_ != State::New;
     if (sched_) sched_->stop();
     if (state_ == State::Ready && fork_generation_ == detail::fork_generation()) {
       write_lifetime_trace();
     }
     state_ = State::Closed;
+    if (started) detail::log_worker(LogLevel::Info, options_.level, "closed");
   }
 
   WorkerOptions options_;

@@ -16,6 +16,7 @@
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/engine_core.hpp"
 #include "simpler/leaf/leaf.hpp"
+#include "simpler/log.hpp"
 #include "simpler/orchestrator.hpp"
 #include "simpler/transport/transport.hpp"
 
@@ -36,6 +37,10 @@ class WorkerThread : public detail::LaneCore {
     if constexpr (ServesSubset<Endpoint> || HoldsRemoteMemory<Endpoint>) {
       restrictions = &restricted_;
     }
+    // An endpoint that logs its child's life (a fork, its death) names it after this lane.
+    if constexpr (requires { endpoint_.log_as(core.level, this->name); }) {
+      endpoint_.log_as(core.level, this->name);
+    }
   }
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
@@ -43,7 +48,13 @@ class WorkerThread : public detail::LaneCore {
 
   /// Starts the child (before any engine thread exists: a process transport forks here).
   void launch() {
-    if constexpr (Launches<Endpoint>) endpoint_.launch();
+    if constexpr (Launches<Endpoint>) {
+      endpoint_.launch();
+      if constexpr (ServesSubset<Endpoint>) {
+        detail::log_worker(LogLevel::Info, core_.level, "{} attached ({})", name,
+                           std::string(endpoint_.where()));
+      }
+    }
   }
   /// Starts the lane thread.
   void start() {
@@ -71,6 +82,9 @@ class WorkerThread : public detail::LaneCore {
     if (!shut_) {
       shut_ = true;
       if constexpr (ShutsDown<Endpoint>) endpoint_.shutdown();
+      if constexpr (Launches<Endpoint> && ServesSubset<Endpoint>) {
+        detail::log_worker(LogLevel::Info, core_.level, "{} detached", name);
+      }
     }
   }
 
@@ -113,6 +127,7 @@ class WorkerThread : public detail::LaneCore {
         } else if (!run_task(s, p.member, out)) {
           return detach_once();  // abandoned at a deadline: the scheduler ended its posts
         }
+        stat_lane.count(out.outcome);
         // A single task is completed here, on the lane; a group member goes back to the
         // scheduler, which waits for every member.
         detail::Slot* next = nullptr;
@@ -186,6 +201,7 @@ class WorkerThread : public detail::LaneCore {
         out.outcome = endpoint_.receive(out.fault);
         finish_outcome(r, out);
       }
+      stat_lane.count(out.outcome);
       out.completed_by_lane = !s.is_group();
       detail::Slot* next = nullptr;
       pl_sent_ = sent;
@@ -208,11 +224,13 @@ class WorkerThread : public detail::LaneCore {
   /// Returns false when the lane was abandoned at a deadline meanwhile.
   bool run_successors(detail::Slot* s) noexcept {
     while (s != nullptr) {
+      stat_kept.add();
       s->state.store(TaskState::Running, std::memory_order_relaxed);
       if (core_.trace_level.load(std::memory_order_relaxed) >= detail::kTraceDeps) [[unlikely]] {
         trace_event(detail::TraceKind::Dispatch, *s, trace_track, Outcome::Success);
       }
       if (!run_task(*s, 0, local_)) return false;
+      stat_lane.count(local_.outcome);
       detail::Slot* next = complete_here(*s, local_);
       if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1)
         core_.orch_wake.notify_all();
@@ -225,6 +243,7 @@ class WorkerThread : public detail::LaneCore {
   /// may run itself (same role, not a group, any worker or this one, not poisoned, run not
   /// cancelled); every other ready successor goes to the scheduler's inbox.
   detail::Slot* complete_here(detail::Slot& s, const Result& r) noexcept {
+    stat_tasks.count(r.outcome);
     if (r.outcome == Outcome::TaskFailure || r.outcome == Outcome::EndpointFailure) {
       core_.fail_run(r.outcome, name, r.callable, r.fault.message, r.fault.kind, r.fault.code);
     }

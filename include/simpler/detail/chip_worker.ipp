@@ -18,6 +18,7 @@
 #include "simpler/device/task_abi.h"
 #include "simpler/error.hpp"
 #include "simpler/leaf/chip_worker.hpp"
+#include "simpler/log.hpp"
 
 namespace simpler {
 
@@ -418,9 +419,9 @@ inline void ChipWorker::stop() noexcept {
   try {
     finalize();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "simpler: %s\n", e.what());
+    detail::log_as(LogLevel::Error, "ChipWorker", "stop on device {}: {}", device_id_, e.what());
   } catch (...) {
-    std::fprintf(stderr, "simpler: ChipWorker::stop on device %d: unknown error\n", device_id_);
+    detail::log_as(LogLevel::Error, "ChipWorker", "stop on device {}: unknown error", device_id_);
   }
 }
 

@@ -23,8 +23,10 @@
 #include "simpler/detail/lane_core.hpp"
 #include "simpler/detail/registry.hpp"
 #include "simpler/detail/slot.hpp"
+#include "simpler/detail/stat_counter.hpp"
 #include "simpler/detail/trace.hpp"
 #include "simpler/error.hpp"
+#include "simpler/log.hpp"
 
 namespace simpler::detail {
 
@@ -116,6 +118,8 @@ struct EngineCore {
   std::vector<LaneCore*> next_level;
   std::vector<LaneCore*> subs;
 
+  EngineStats stats;  ///< counters for BasicWorker::stats()
+
   void notify_scheduler() noexcept { sched_wake.notify_all(); }
 
   /// Drops one reference on `s`; when it was the last, hands the slot to the Orchestrator to
@@ -138,6 +142,10 @@ struct EngineCore {
   /// Records that the run passed its deadline (a TimeoutError, unless the run already failed)
   /// and cancels it: tasks not started are skipped. Any thread.
   void fail_run_deadline() noexcept {
+    if (!run.cancelled()) {  // once per run, give or take a race between two noticing threads
+      log_worker(LogLevel::Warn, level, "run {} passed its deadline of {} ms", run.id(),
+                 run_timeout_ms.load(std::memory_order_relaxed));
+    }
     try {
       run.fail(std::make_exception_ptr(TimeoutError(fmt::format(
           "L{} Worker::run: the run passed its deadline of {} ms (the CallConfig::timeout given "

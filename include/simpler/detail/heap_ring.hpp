@@ -16,6 +16,7 @@
 
 #include "simpler/detail/ring_buffer.hpp"
 #include "simpler/detail/shared_memory.hpp"
+#include "simpler/detail/stat_counter.hpp"
 
 namespace simpler::detail {
 
@@ -35,6 +36,11 @@ class HeapRing {
   [[nodiscard]] std::byte* base() const noexcept { return base_; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] std::size_t live_allocations() const noexcept { return records_.size(); }
+  /// Bytes of live allocations. Any thread (for WorkerStats; a recent value while the owner
+  /// allocates).
+  [[nodiscard]] std::size_t used_bytes() const noexcept {
+    return static_cast<std::size_t>(used_.get());
+  }
   /// Sequence number the next allocation will get.
   [[nodiscard]] std::uint64_t next_seq() const noexcept { return next_seq_; }
   /// Sequence number of the oldest allocation not reclaimed yet (== next_seq() when none).
@@ -70,6 +76,7 @@ class HeapRing {
     const std::uint64_t seq = next_seq_++;
     records_.push_back(Record{at, at + bytes, false});
     top_ = at + bytes;
+    used_.add(bytes);
     return Allocation{at, seq};
   }
 
@@ -77,7 +84,10 @@ class HeapRing {
   void release(std::uint64_t seq) noexcept {
     const std::uint64_t first = next_seq_ - records_.size();
     records_[static_cast<std::size_t>(seq - first)].released = true;
-    while (!records_.empty() && records_.front().released) records_.pop_front();
+    while (!records_.empty() && records_.front().released) {
+      used_.sub(records_.front().end - records_.front().begin);
+      records_.pop_front();
+    }
   }
 
  private:
@@ -91,6 +101,7 @@ class HeapRing {
   std::uint64_t top_ = 0;
   std::uint64_t next_seq_ = 0;
   RingBuffer<Record> records_;
+  StatCounter used_;  ///< written by the owner only
 };
 
 }  // namespace simpler::detail

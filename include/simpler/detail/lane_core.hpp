@@ -12,6 +12,7 @@
 #include "simpler/detail/event_count.hpp"
 #include "simpler/detail/intrusive_stack.hpp"
 #include "simpler/detail/slot.hpp"
+#include "simpler/detail/stat_counter.hpp"
 #include "simpler/detail/trace.hpp"
 #include "simpler/error.hpp"
 
@@ -83,6 +84,7 @@ struct LaneCore {
   // ---- Scheduler -> lane: ring[i % kDepth] is written, then `posted` (seq_cst) publishes it.
   std::array<Posted, kDepth> ring{};
   std::atomic<std::uint32_t> posted{0};
+  StatCounter stat_posted;  ///< ring entries published, in all (scheduler)
   std::atomic<bool> stopping{false};
   /// Set by the lane when its child is gone for good; the scheduler then stops giving it shared
   /// work (tasks directed at it still go there and fail at once).
@@ -118,6 +120,14 @@ struct LaneCore {
   // ---- Tracing: the lane thread records during a run; the run's thread reads after its fence.
   LaneTrace trace;
   std::uint16_t trace_track = 0;  ///< this lane's track in its Worker's trace (set at start)
+
+  // Statistics (BasicWorker::stats()), written by the lane's thread next to what it writes per
+  // task anyway. stat_lane: how each ring entry or kept successor ended on this lane (written by
+  // the scheduler instead for the entries of a lane it abandoned); stat_tasks: the single tasks
+  // this lane completed (the Worker's totals); stat_kept: successors it kept (run_successors).
+  OutcomeCounters stat_lane;
+  OutcomeCounters stat_tasks;
+  StatCounter stat_kept;
 };
 
 /// Lanes with results to collect (each lane is on it at most once: see LaneCore::queued).

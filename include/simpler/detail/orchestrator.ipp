@@ -595,6 +595,7 @@ inline void OrchestratorBase::trace_submitted(const Slot& s,
 }
 
 inline void OrchestratorBase::publish(Slot& s) {
+  core_.stats.submitted.add();
   // No edge was linked: no other thread knows this slot yet, so the wiring hold can be dropped
   // without an atomic read-modify-write.
   const bool ready_traced = trace_level_ >= detail::kTraceDeps;

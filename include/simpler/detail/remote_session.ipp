@@ -68,7 +68,7 @@ class RemoteServer::Session {
       hello.kind = f.kind == ErrorKind::Other ? ErrorKind::Error : f.kind;
       hello.code = f.code;
       hello.message = fmt::format("setup or init() of the inner Worker failed: {}", f.message);
-      log("session {:#x}: {}", session_, hello.message);
+      warn("session {:#x}: {}", session_, hello.message);
     }
     const bool ok = hello.status == wire::Status::Ok;
     queue(wire::FrameType::Hello, [&](auto& out) { wire::encode(hello, out); });
@@ -94,12 +94,14 @@ class RemoteServer::Session {
     std::span<const std::byte> extra;  ///< CopyFrom data, gathered from the pool
   };
 
+  /// A line of the session's (info; warn for what went wrong), through the logger.
   template <class... A>
   void log(fmt::format_string<A...> f, A&&... a) const {
-    if (!options_.log) return;
-    const std::string line = fmt::format("simpler remote session (pid {}): {}\n", ::getpid(),
-                                         fmt::format(f, std::forward<A>(a)...));
-    std::fputs(line.c_str(), stderr);
+    if (options_.log) detail::log_as(LogLevel::Info, "remote session", f, std::forward<A>(a)...);
+  }
+  template <class... A>
+  void warn(fmt::format_string<A...> f, A&&... a) const {
+    if (options_.log) detail::log_as(LogLevel::Warn, "remote session", f, std::forward<A>(a)...);
   }
 
   // ---- I/O thread.
@@ -449,8 +451,8 @@ class RemoteServer::Session {
     exec_done_wake_.await([&] { return exec_done_.load(std::memory_order_seq_cst); },
                           std::chrono::nanoseconds(0), until);
     if (!exec_done_.load(std::memory_order_seq_cst)) {
-      log("session {:#x}: its running task did not finish within {} ms; exiting without it",
-          session_, options_.drain_timeout.count());
+      warn("session {:#x}: its running task did not finish within {} ms; exiting without it",
+           session_, options_.drain_timeout.count());
       executor_.detach();
       std::fflush(nullptr);
       ::_exit(2);  // the inner Worker's children die with this process
@@ -460,7 +462,7 @@ class RemoteServer::Session {
     try {
       inner_->close();
     } catch (const std::exception& e) {
-      log("session {:#x}: closing the inner Worker: {}", session_, e.what());
+      warn("session {:#x}: closing the inner Worker: {}", session_, e.what());
       code = 4;
     }
     boost::system::error_code ignored;

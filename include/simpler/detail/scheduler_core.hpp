@@ -74,6 +74,11 @@ class SchedulerCore {
   std::chrono::steady_clock::time_point next_check_ = std::chrono::steady_clock::time_point::max();
   std::int64_t expired_run_deadline_ = 0;  ///< the run deadline already acted on
   std::uint64_t routed_ = 0;
+  std::uint64_t queued_ = 0;  ///< tasks in the queues (published as EngineStats::ready_queued)
+  TaskSlot pop(RingBuffer<TaskSlot>& q) noexcept {
+    --queued_;
+    return q.pop_front();
+  }
   std::vector<LaneCore*> touched_;  // lanes with staged, unpublished posts  // bumped by route();
                                     // dispatch repeats while it moves
 };

@@ -59,6 +59,7 @@ inline void SchedulerCore::run_loop() noexcept {
         dispatch(next_);
         dispatch(sub_);
       } while (routed_ != before);
+      core_.stats.ready_queued.set(queued_);
       if (pass_traced) [[unlikely]]
         trace_pass(pass_begin, routed_ - routed_before);
       continue;
@@ -193,12 +194,16 @@ inline void SchedulerCore::abandon(LaneCore& l) {
     why.clear();
   }
   core_.fail_run(Outcome::EndpointFailure, l.name, core_.callable_name(running), why);
+  log_worker(LogLevel::Warn, core_.level, "{}: task '{}' passed its deadline; {}", l.name,
+             core_.callable_name(running), why);
   // Every posted entry ends: the running one failed, the others never started.
   bool first = true;
   while (l.collected != l.staged) {
     const LaneCore::Posted p = l.ring[l.collected % LaneCore::kDepth];
     ++l.collected;
     if (--l.inflight == 0) --busy_lanes_;
+    // The lane's thread never counts these: it lost the task it runs and touches nothing more.
+    l.stat_lane.count(first ? Outcome::EndpointFailure : Outcome::Skipped);
     end_member(core_.pool.at(p.slot), first ? Outcome::EndpointFailure : Outcome::Skipped);
     first = false;
   }
@@ -278,6 +283,7 @@ inline void SchedulerCore::became_ready(Slot& s) {
 inline void SchedulerCore::route(Slot& s) {
   RoleQueues& q = s.role == Role::Sub ? sub_ : next_;
   ++routed_;
+  ++queued_;
   if (s.is_group()) {
     q.groups.push_back(s.id);
   } else if (s.targets[0] == any_worker) {
@@ -294,6 +300,7 @@ inline void SchedulerCore::drain_worklist() {
     const Finished f = worklist_.pop_front();
     Slot& s = core_.pool.at(f.slot);
     const std::int32_t traced = core_.trace_level.load(std::memory_order_relaxed);
+    core_.stats.sched.count(f.outcome);
     // A single task completed here never ran on a lane (those complete themselves).
     if (traced != 0 && !s.is_group()) [[unlikely]]
       trace_event(TraceKind::Skip, s, 0, f.outcome);
@@ -349,6 +356,7 @@ inline void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
 // One publication and one wake check per lane per dispatch pass, not per task.
 inline void SchedulerCore::publish_posts() {
   for (LaneCore* l : touched_) {
+    l->stat_posted.add(l->staged - l->posted.load(std::memory_order_relaxed));
     l->posted.store(l->staged, std::memory_order_seq_cst);  // publishes the ring entries
     l->wake.notify_all();
   }
@@ -366,7 +374,7 @@ inline void SchedulerCore::dispatch(RoleQueues& q) {
   while (!q.groups.empty()) {
     Slot& s = core_.pool.at(q.groups.front());
     if (skip_if_cancelled(s)) {
-      q.groups.pop_front();
+      pop(q.groups);
       continue;
     }
     const std::uint32_t n = s.group_size;
@@ -377,7 +385,7 @@ inline void SchedulerCore::dispatch(RoleQueues& q) {
         if (l->lost.load(std::memory_order_relaxed)) lost = l;
       }
       if (lost != nullptr) {
-        q.groups.pop_front();
+        pop(q.groups);
         fail_lost(s, *lost);
         continue;
       }
@@ -391,7 +399,7 @@ inline void SchedulerCore::dispatch(RoleQueues& q) {
         }
         break;
       }
-      q.groups.pop_front();
+      pop(q.groups);
       for (std::uint32_t m = 0; m < n; ++m) {
         post(*lanes[static_cast<std::size_t>(s.targets[m])], s, m);
       }
@@ -406,12 +414,12 @@ inline void SchedulerCore::dispatch(RoleQueues& q) {
       idle += (l->idle() && !l->reserved && !dead) ? 1U : 0U;
     }
     if (live < n) {  // can never run: too few workers left alive
-      q.groups.pop_front();
+      pop(q.groups);
       fail_unplaceable(s, lanes.front()->role);
       continue;
     }
     if (idle < n) break;
-    q.groups.pop_front();
+    pop(q.groups);
     std::uint32_t m = 0;
     for (LaneCore* l : lanes) {
       if (m == n) break;
@@ -428,12 +436,12 @@ inline void SchedulerCore::dispatch(RoleQueues& q) {
   for (LaneCore* l : lanes) {
     auto& own = q.directed[l->index];
     if (l->lost.load(std::memory_order_relaxed)) {
-      while (!own.empty()) fail_lost(core_.pool.at(own.pop_front()), *l);
+      while (!own.empty()) fail_lost(core_.pool.at(pop(own)), *l);
       continue;
     }
     if (l->reserved) continue;
     while (!own.empty() && l->inflight < LaneCore::kDepth) {
-      Slot& s = core_.pool.at(own.pop_front());
+      Slot& s = core_.pool.at(pop(own));
       if (!skip_if_cancelled(s)) post(*l, s, 0);
     }
   }
@@ -454,7 +462,7 @@ inline void SchedulerCore::dispatch_shared(RoleQueues& q, CallableKind kind) {
     if ((l->runs & bit) != 0 && !l->dead.load(std::memory_order_relaxed)) ++capable;
   }
   while (capable == 0 && !any.empty()) {
-    fail_unplaceable(core_.pool.at(any.pop_front()), q.lanes->front()->role);
+    fail_unplaceable(core_.pool.at(pop(any)), q.lanes->front()->role);
   }
   if (any.empty()) return;
   // With a long shared queue every lane stays busy for a while anyway: prefetch deeper.
@@ -464,7 +472,7 @@ inline void SchedulerCore::dispatch_shared(RoleQueues& q, CallableKind kind) {
     for (LaneCore* l : *q.lanes) {
       if (l->reserved || (l->runs & bit) == 0 || l->dead.load(std::memory_order_relaxed)) continue;
       while (l->inflight < depth && !any.empty()) {
-        Slot& s = core_.pool.at(any.pop_front());
+        Slot& s = core_.pool.at(pop(any));
         if (!skip_if_cancelled(s)) post(*l, s, 0);
       }
     }

@@ -132,7 +132,7 @@ class ChipWorker {
   /// init(), then registers every chip callable of the registry (callable ids in registry
   /// order). On failure the chip is finalised again and the error rethrown.
   void start();
-  /// finalize(), for shutdown paths: an error is written to stderr, never thrown.
+  /// finalize(), for shutdown paths: an error is logged (<simpler/log.hpp>), never thrown.
   void stop() noexcept;
   /// Runs the chip callable `r.digest` names with r.args and *r.config (aicpu_thread_num and
   /// runtime_env reach the device). A chip callable registered on the Worker after start() (a

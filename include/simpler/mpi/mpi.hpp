@@ -110,7 +110,8 @@ struct SessionOptions {
   std::chrono::microseconds poll_spin{50};
   std::chrono::microseconds poll_yield{2000};
   std::chrono::microseconds max_poll_sleep{1000};
-  /// Log attaches, detaches and the job's end on serving ranks to stderr.
+  /// Log attaches, detaches and the job's end on serving ranks through the logger
+  /// (<simpler/log.hpp>, at info).
   bool log = false;
 };
 
@@ -854,12 +855,14 @@ class Session::Server {
   }
 
  private:
+  /// A serving rank's line (info), through the logger, when SessionOptions::log is set.
   template <class... A>
   void log(fmt::format_string<A...> f, A&&... a) const {
     if (!s_.options().log) return;
-    const std::string line = fmt::format("simpler mpi rank {} (pid {}): {}\n", s_.rank(),
-                                         ::getpid(), fmt::format(f, std::forward<A>(a)...));
-    std::fputs(line.c_str(), stderr);
+    char who[32];
+    const auto r = fmt::format_to_n(who, sizeof who - 1, "MPI rank {}", s_.rank());
+    simpler::detail::log_as(LogLevel::Info, std::string_view(who, r.out - who), f,
+                            std::forward<A>(a)...);
   }
   [[noreturn]] void protocol_abort(std::string_view why) const noexcept {
     s_.abort(fmt::format("rank 0 broke the protocol: {}", why), 2);

@@ -51,6 +51,7 @@
 #include "simpler/detail/remote_link.hpp"
 #include "simpler/detail/served_task.hpp"
 #include "simpler/error.hpp"
+#include "simpler/log.hpp"
 #include "simpler/remote/auth.hpp"
 #include "simpler/remote/session.hpp"
 #include "simpler/remote/wire.hpp"
@@ -83,7 +84,8 @@ struct RemoteServerOptions {
   /// At a session's end, how long its running task may take to finish before the session exits
   /// anyway (its children die with it).
   std::chrono::milliseconds drain_timeout{2'000};
-  /// Log connections, refusals and session ends to stderr.
+  /// Log connections, refusals and session ends through the logger (<simpler/log.hpp>): sessions
+  /// at info, refusals and failures at warn. False: never.
   bool log = true;
 };
 
@@ -178,12 +180,14 @@ class RemoteServer {
     std::vector<std::byte> out;
   };
 
+  /// A line of the server's (info; warn for what went wrong), through the logger.
   template <class... A>
   void log(fmt::format_string<A...> f, A&&... a) const {
-    if (!options_.log) return;
-    const std::string line = fmt::format("simpler remote server (pid {}): {}\n", ::getpid(),
-                                         fmt::format(f, std::forward<A>(a)...));
-    std::fputs(line.c_str(), stderr);
+    if (options_.log) detail::log_as(LogLevel::Info, "remote server", f, std::forward<A>(a)...);
+  }
+  template <class... A>
+  void warn(fmt::format_string<A...> f, A&&... a) const {
+    if (options_.log) detail::log_as(LogLevel::Warn, "remote server", f, std::forward<A>(a)...);
   }
 
   void watch_children() {
@@ -205,7 +209,7 @@ class RemoteServer {
       const pid_t r = ::waitpid(*it, &status, block ? 0 : WNOHANG);
       if (r == *it || (r < 0 && errno == ECHILD)) {
         if (r == *it && WIFSIGNALED(status)) {
-          log("session process {} was killed by signal {}", *it, WTERMSIG(status));
+          warn("session process {} was killed by signal {}", *it, WTERMSIG(status));
         }
         it = sessions_.erase(it);
       } else {
@@ -229,7 +233,7 @@ class RemoteServer {
 
   void drop(const std::shared_ptr<Pending>& p, const std::string& why) {
     if (!p->sock.is_open()) return;  // dropped already (the timer and a failed read both land here)
-    log("dropped connection from {}: {}", p->peer, why);
+    warn("dropped connection from {}: {}", p->peer, why);
     boost::system::error_code ignored;
     p->timer.cancel();
     p->sock.close(ignored);
@@ -352,7 +356,7 @@ class RemoteServer {
       const int err = errno;
       boost::system::error_code ignored;
       p->sock.close(ignored);
-      log("fork for a session of {} failed: {}", p->peer, std::strerror(err));
+      warn("fork for a session of {} failed: {}", p->peer, std::strerror(err));
       return;
     }
     if (pid == 0) {
@@ -368,7 +372,7 @@ class RemoteServer {
         const int fd = p->sock.release();
         code = run_session(fd, session, worker, p->begin, p->peer);
       } catch (const std::exception& e) {
-        log("session {:#x}: {}", session, e.what());
+        warn("session {:#x}: {}", session, e.what());
         code = 1;
       } catch (...) {
         code = 1;

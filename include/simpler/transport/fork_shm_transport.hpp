@@ -35,6 +35,7 @@
 #include "simpler/detail/shared_memory.hpp"
 #include "simpler/detail/trace.hpp"
 #include "simpler/error.hpp"
+#include "simpler/log.hpp"
 #include "simpler/transport/transport.hpp"
 
 namespace simpler {
@@ -110,6 +111,7 @@ struct ForkShmTransport {
       }
       if (pid == 0) child_main(parent);  // never returns
       pid_ = pid;
+      log(LogLevel::Info, "forked {} (pid {})", pid);
       switch (wait_for_child(detail::MailboxState::Starting,
                              std::chrono::steady_clock::now() + kStartDeadline,
                              "was killed when it did not report ready in time")) {
@@ -123,7 +125,10 @@ struct ForkShmTransport {
           release_mapping();
           throw TransportError("ForkShmTransport: the child did not report ready within 10 s");
       }
-      if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::Ready) return;
+      if (box_->state.load(std::memory_order_seq_cst) == detail::MailboxState::Ready) {
+        log(LogLevel::Info, "{} is ready (pid {})", pid_);
+        return;
+      }
       // InitFailed: the leaf's start() threw in the child, which exits by itself.
       Fault why;
       detail::read_frame_error(*box_, why);
@@ -251,6 +256,7 @@ struct ForkShmTransport {
       if (pid_ > 0) {
         post(detail::MailboxState::Shutdown);
         const auto r = detail::reap(pid_, kShutdownGrace);
+        log(r.clean ? LogLevel::Info : LogLevel::Warn, "the child of {} (pid {}) {}", pid_, r.how);
         if (!r.clean) {
           set(death_, r.how);
           unreported_ = true;  // nothing failed with it yet: close() reports it
@@ -261,6 +267,11 @@ struct ForkShmTransport {
     }
 
     [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+    /// Names this endpoint's lines after its lane (the Worker's level and the lane's name).
+    void log_as(int level, std::string_view lane) {
+      log_level_ = level;
+      lane_ = std::string(lane);
+    }
     [[nodiscard]] bool alive() const noexcept { return pid_ > 0; }
     /// How the child ended, when it ended abnormally; empty otherwise.
     [[nodiscard]] const std::string& death() const noexcept { return death_; }
@@ -293,12 +304,14 @@ struct ForkShmTransport {
             std::min(std::chrono::steady_clock::now() + kLivenessTick, deadline));
         if (answered) return Wait::Answered;
         if (auto how = detail::poll_exit(pid_)) {
+          log(LogLevel::Warn, "the child of {} (pid {}) died: {}", pid_, *how);
           pid_ = -1;
           set(death_, std::move(*how));
           return Wait::Died;
         }
         if (std::chrono::steady_clock::now() >= deadline) {
           killed_pid_ = pid_;
+          log(LogLevel::Warn, "the child of {} (pid {}) {}", pid_, why_killed);
           detail::kill_and_reap(pid_);
           pid_ = -1;
           set(death_, why_killed);
@@ -459,6 +472,15 @@ struct ForkShmTransport {
       detail::write_frame_error(*box_, ErrorKind::Transport, 0, text);
     }
 
+    /// Logs `f` with the lane's name first and then `args` (see log_as).
+    template <class... A>
+    void log(LogLevel level, fmt::format_string<std::string_view, A...> f,
+             A&&... args) const noexcept {
+      detail::log_worker(level, log_level_, f,
+                         lane_.empty() ? std::string_view("a forked child") : lane_,
+                         std::forward<A>(args)...);
+    }
+
     static void set(std::string& out, std::string text) noexcept {
       try {
         out = std::move(text);
@@ -478,6 +500,8 @@ struct ForkShmTransport {
     detail::MailboxHeader* box_ = nullptr;
     pid_t pid_ = -1;
     pid_t killed_pid_ = -1;  ///< the child killed at a deadline, for messages
+    int log_level_ = 3;      ///< the Worker's level, for log lines
+    std::string lane_;       ///< the lane's name, for log lines
     std::string death_;
     bool unreported_ = false;
   };
