@@ -23,7 +23,7 @@
 
 #include "device/orchestration/fuzz_program.hpp"
 #include "support/chip_modules.hpp"
-#include "support/mini_json.hpp"
+#include "support/json.hpp"
 #include "support/program_device.hpp"
 
 namespace {
@@ -31,7 +31,8 @@ namespace {
 using namespace fuzz_program;
 using simpler_test::ProgramDevice;
 using Edge = std::pair<std::int64_t, std::int64_t>;  // producer task id -> consumer task id
-namespace json = simpler_test::json;
+using simpler::testing::Json;
+using simpler::testing::parse_json;
 
 /// A fresh directory under /tmp, removed with everything in it at scope exit.
 class TempDir {
@@ -260,9 +261,9 @@ std::string run_dir(const std::string& prefix, int device, int run) {
   return prefix + "/chip" + std::to_string(device) + "/run" + std::to_string(run);
 }
 
-std::set<Edge> dag_json_edges(const json::Value& dag) {
+std::set<Edge> dag_json_edges(const Json& dag) {
   std::set<Edge> out;
-  for (const json::Value& e : dag["edges"].items)
+  for (const Json& e : dag["edges"].arr)
     out.insert({e["from"].integer(), e["to"].integer()});
   return out;
 }
@@ -298,25 +299,25 @@ struct ChromeTrace {
 };
 
 ChromeTrace read_chrome_trace(const std::string& path) {
-  const json::Value doc = json::parse(read_file(path));
+  const Json doc = parse_json(read_file(path));
   ChromeTrace out;
   out.dropped = doc["otherData"]["dropped"].integer();
   std::map<std::int64_t, Edge> starts;
   std::map<std::int64_t, int> finishes;
-  for (const json::Value& e : doc["traceEvents"].items) {
-    const std::string& ph = e["ph"].str();
-    if (ph == "M" && e["name"].str() == "thread_name") {
-      out.threads[e["tid"].integer()] = e["args"]["name"].str();
+  for (const Json& e : doc["traceEvents"].arr) {
+    const std::string& ph = e["ph"].str;
+    if (ph == "M" && e["name"].str == "thread_name") {
+      out.threads[e["tid"].integer()] = e["args"]["name"].str;
     } else if (ph == "X") {
-      REQUIRE(e["dur"].number >= 0);
-      REQUIRE(e["ts"].number > 0);
-      if (e["cat"].str() == "kernel") ++out.kernel_slices[e["args"]["task_id"].integer()];
+      REQUIRE(e["dur"].num >= 0);
+      REQUIRE(e["ts"].num > 0);
+      if (e["cat"].str == "kernel") ++out.kernel_slices[e["args"]["task_id"].integer()];
     } else if (ph == "s") {
-      const Edge edge{task_of_label(e["args"]["from"].str()), task_of_label(e["args"]["to"].str())};
+      const Edge edge{task_of_label(e["args"]["from"].str), task_of_label(e["args"]["to"].str)};
       REQUIRE(starts.emplace(e["id"].integer(), edge).second);
       out.flows.insert(edge);
     } else if (ph == "f") {
-      REQUIRE(e["bp"].str() == "e");
+      REQUIRE(e["bp"].str == "e");
       ++finishes[e["id"].integer()];
     }
   }
@@ -401,24 +402,24 @@ TEST_CASE("a chip chain's DAG has one edge per link with the bytes that caused i
 
   const std::set<Edge> expected{{0, 1}, {1, 2}, {2, 3}, {3, 4}};
   REQUIRE(p.oracle.edges() == expected);
-  const json::Value dag = json::parse(read_file(run_dir(dir.path(), 0, 0) + "/dag.json"));
+  const Json dag = parse_json(read_file(run_dir(dir.path(), 0, 0) + "/dag.json"));
   CHECK(dag_json_edges(dag) == expected);
   CHECK(dag_dot_edges(read_file(run_dir(dir.path(), 0, 0) + "/dag.dot")) == expected);
-  CHECK(dag["truncated"].boolean == false);
-  REQUIRE(dag["nodes"].items.size() == 5);
-  for (const json::Value& e : dag["edges"].items) {
+  CHECK(dag["truncated"].b == false);
+  REQUIRE(dag["nodes"].arr.size() == 5);
+  for (const Json& e : dag["edges"].arr) {
     CHECK(e["bytes"].integer() == 64);
-    CHECK(e["tags"].items.size() == 1);
-    CHECK(e["tags"].items[0].str() == "inout");
-    CHECK(e["via"].items[0].str() == "write");
+    CHECK(e["tags"].arr.size() == 1);
+    CHECK(e["tags"].arr[0].str == "inout");
+    CHECK(e["via"].arr[0].str == "write");
   }
-  const json::Value& n1 = dag["nodes"].items[1];
-  CHECK(n1["task"].str() == "0:1");
-  CHECK(n1["kernels"].items[0]["name"].str() == "kernel_noop");
-  CHECK(n1["kernels"].items[0]["lane"].str() == "aiv0");
-  CHECK(n1["tensors"].items[0]["tag"].str() == "inout");
-  CHECK(n1["tensors"].items[0]["dtype"].str() == "uint8");
-  CHECK(n1["tensors"].items[0]["shape"].items[0].integer() == 64);
+  const Json& n1 = dag["nodes"].arr[1];
+  CHECK(n1["task"].str == "0:1");
+  CHECK(n1["kernels"].arr[0]["name"].str == "kernel_noop");
+  CHECK(n1["kernels"].arr[0]["lane"].str == "aiv0");
+  CHECK(n1["tensors"].arr[0]["tag"].str == "inout");
+  CHECK(n1["tensors"].arr[0]["dtype"].str == "uint8");
+  CHECK(n1["tensors"].arr[0]["shape"].arr[0].integer() == 64);
   // dep_gen alone writes no trace.
   CHECK_FALSE(std::filesystem::exists(run_dir(dir.path(), 0, 0) + "/trace.json"));
 }
@@ -440,16 +441,16 @@ TEST_CASE("a chip fan-out/fan-in DAG has the edges of its views and outputs",
 
   const std::set<Edge> expected{{0, 1}, {0, 2}, {1, 4}, {2, 4}};
   REQUIRE(p.oracle.edges() == expected);
-  const json::Value dag = json::parse(read_file(run_dir(dir.path(), 0, 0) + "/dag.json"));
+  const Json dag = parse_json(read_file(run_dir(dir.path(), 0, 0) + "/dag.json"));
   CHECK(dag_json_edges(dag) == expected);
   CHECK(dag_dot_edges(read_file(run_dir(dir.path(), 0, 0) + "/dag.dot")) == expected);
-  for (const json::Value& e : dag["edges"].items) {
+  for (const Json& e : dag["edges"].arr) {
     if (e["to"].integer() == 4) {
       CHECK(e["bytes"].integer() == 8);  // the whole Output
-      CHECK(e["via"].items[0].str() == "owner");
+      CHECK(e["via"].arr[0].str == "owner");
     } else {
       CHECK(e["bytes"].integer() == 16);  // the overlap of the read view with [0, 32)
-      CHECK(e["via"].items[0].str() == "write");
+      CHECK(e["via"].arr[0].str == "write");
     }
   }
 }
@@ -466,8 +467,8 @@ TEST_CASE("random tagged chip DAGs: the DAG files and the trace's flows equal th
     const std::set<Edge>& expected = p.oracle.edges();
     CHECK(!expected.empty());
 
-    const json::Value dag = json::parse(read_file(rd + "/dag.json"));
-    CHECK(static_cast<std::int64_t>(dag["nodes"].items.size()) == p.oracle.tasks());
+    const Json dag = parse_json(read_file(rd + "/dag.json"));
+    CHECK(static_cast<std::int64_t>(dag["nodes"].arr.size()) == p.oracle.tasks());
     CHECK(dag_json_edges(dag) == expected);
     CHECK(dag_dot_edges(read_file(rd + "/dag.dot")) == expected);
 
@@ -569,9 +570,9 @@ TEST_CASE("a chip DAG past its node limit is cut and says so", "[chip][trace][da
   Program p({64});
   for (int i = 0; i < 6; ++i) p.task({whole(SIMPLER_TAG_INOUT, 0)});
   run_program(d, p, diag_config(0, true, dir.path()));
-  const json::Value dag = json::parse(read_file(run_dir(dir.path(), 0, 0) + "/dag.json"));
-  CHECK(dag["truncated"].boolean);
-  CHECK(dag["nodes"].items.size() == 3);
+  const Json dag = parse_json(read_file(run_dir(dir.path(), 0, 0) + "/dag.json"));
+  CHECK(dag["truncated"].b);
+  CHECK(dag["nodes"].arr.size() == 3);
   CHECK(dag["omitted_nodes"].integer() == 3);
   CHECK(dag["omitted_edges"].integer() == 3);
   CHECK(dag_json_edges(dag) == std::set<Edge>{{0, 1}, {1, 2}});
