@@ -192,8 +192,8 @@ Npy read_npy(const std::string& path) {
   CHECK(header.find("'fortran_order': False") != std::string::npos);
   REQUIRE(std::regex_search(header, m, std::regex("'shape': \\(([0-9, ]*)\\)")));
   const std::string dims = m[1];
-  for (std::sregex_iterator it(dims.begin(), dims.end(), std::regex("[0-9]+")), end; it != end;
-       ++it) {
+  const std::regex number("[0-9]+");
+  for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it) {
     out.shape.push_back(std::stoull(it->str()));
   }
   out.data = f.substr(10 + hlen);
@@ -454,6 +454,7 @@ TEST_CASE("dump_tensor writes every task's tensors as .npy files that load back 
         {"C3after", bytes_of(d.rec.data() + 9 * 8, 3 * 8 * 4)},
     };
     for (const auto& e : entries) {
+      REQUIRE((e.task_id == producer || e.task_id == consumer));
       const std::string key =
           std::string(e.task_id == producer ? "P" : "C") + std::to_string(e.arg) + e.when;
       INFO(key << " " << e.file);

@@ -10,7 +10,7 @@
 #include <limits>
 #include <optional>
 
-#include "diag.hpp"
+#include "run_files.hpp"
 #include "sim.hpp"
 
 namespace simpler::sim {
@@ -269,6 +269,17 @@ int load_orchestration(Context& ctx, const simpler_chip_callable_desc& d, Callab
   return SIMPLER_OK;
 }
 
+/// A kernel's name in traces and the DAG: its file name without "lib" and ".so" (.../kernel_add.so
+/// is "kernel_add"), with ":symbol" when the symbol is not kernel_entry.
+std::string kernel_name(const char* path, const char* symbol) {
+  std::string n = path;
+  if (const auto slash = n.rfind('/'); slash != std::string::npos) n.erase(0, slash + 1);
+  if (n.rfind("lib", 0) == 0) n.erase(0, 3);
+  if (const auto dot = n.find(".so"); dot != std::string::npos) n.erase(dot);
+  if (std::strcmp(symbol, "kernel_entry") != 0) n += std::string(":") + symbol;
+  return n;
+}
+
 /// Loads every kernel of `d` into `c.kernels` (by func_id). On failure, unloads everything `c`
 /// loaded, the orchestration included.
 int load_kernels(Context& ctx, const simpler_chip_callable_desc& d, Callable& c) {
@@ -292,9 +303,7 @@ int load_kernels(Context& ctx, const simpler_chip_callable_desc& d, Callable& c)
           fmt::format("kernel func_id {} ({}) does not export {}", k.func_id, k.path, sym));
     }
     c.kernels[static_cast<std::size_t>(k.func_id)] = fn;
-    std::string stem = k.path;
-    stem = stem.substr(stem.find_last_of('/') + 1);  // npos + 1 == 0
-    c.kernel_names[static_cast<std::size_t>(k.func_id)] = stem.substr(0, stem.find('.'));
+    c.kernel_names[static_cast<std::size_t>(k.func_id)] = kernel_name(k.path, sym);
   }
   return SIMPLER_OK;
 }

@@ -4,7 +4,7 @@
 //
 // Threads: prepare_diagnostics and finish_diagnostics run on the host while the device threads
 // sleep; dump_task runs on a scheduler thread (files written outside the lock, records added
-// under Diagnostics::mu). A file that cannot be written never fails the run: its results are in
+// under RunFiles::mu). A file that cannot be written never fails the run: its results are in
 // the run's tensors either way. The failure is listed in index.json and printed once to stderr.
 
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "diag.hpp"
+#include "run_files.hpp"
 
 namespace simpler::sim {
 
@@ -203,8 +203,8 @@ int Context::prepare_diagnostics(const simpler_run_config* cfg) {
                             "diagnostic files go to",
                             what));
   }
-  if (!diag) diag = std::make_unique<Diagnostics>();
-  Diagnostics& d = *diag;
+  if (!run_files) run_files = std::make_unique<RunFiles>();
+  RunFiles& d = *run_files;
   d.run_index = counters.runs;
   d.run_dir = fmt::format("{}/chip{}/run{}", std::string(cfg->output_prefix, len), config.device_id,
                           d.run_index);
@@ -246,23 +246,23 @@ void Context::dump_task(std::uint64_t id, bool after) noexcept {
       r.when = after ? "after" : "before";
       r.tensor = p.tensors[i];
       r.file = fmt::format("task{}_{}_arg{}_{}.npy", ring_of(id), local_of(id), i, r.when);
-      std::string err = write_npy(diag->run_dir + "/tensors/" + r.file, r.tensor);
+      std::string err = write_npy(run_files->run_dir + "/tensors/" + r.file, r.tensor);
       if (err.empty())
         made.push_back(std::move(r));
       else
         errs.push_back(std::move(err));
     }
-    std::lock_guard lk(diag->mu);
-    for (auto& r : made) diag->records.push_back(std::move(r));
+    std::lock_guard lk(run_files->mu);
+    for (auto& r : made) run_files->records.push_back(std::move(r));
     for (auto& e : errs) {
-      if (!diag->error_printed) {
+      if (!run_files->error_printed) {
         std::fprintf(stderr,
                      "simpler chip %d: tensor dump incomplete: %s (the run's results are "
                      "unaffected)\n",
                      config.device_id, e.c_str());
-        diag->error_printed = true;
+        run_files->error_printed = true;
       }
-      diag->errors.push_back(std::move(e));
+      run_files->errors.push_back(std::move(e));
     }
   } catch (...) {
     // Out of memory while dumping: the dump is incomplete, the run goes on.
@@ -271,7 +271,7 @@ void Context::dump_task(std::uint64_t id, bool after) noexcept {
 
 void Context::finish_diagnostics() noexcept {
   try {
-    Diagnostics& d = *diag;
+    RunFiles& d = *run_files;
     std::string err;
     if (run.dump_tensor) {
       std::lock_guard lk(d.mu);

@@ -22,7 +22,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "diag.hpp"
+#include "run_files.hpp"
 
 namespace simpler::sim {
 
@@ -106,7 +106,7 @@ const char* core_type_name(const Core& c) noexcept {
 
 }  // namespace
 
-Diagnostics::~Diagnostics() {
+RunFiles::~RunFiles() {
   for (auto& c : cores) {
     if (c.fd_instructions >= 0) ::close(c.fd_instructions);
     if (c.fd_cycles >= 0) ::close(c.fd_cycles);
@@ -114,7 +114,7 @@ Diagnostics::~Diagnostics() {
 }
 
 void pmu_prepare(Context& ctx) {
-  Diagnostics& d = *ctx.diag;
+  RunFiles& d = *ctx.run_files;
   if (!d.probed) {
     d.probed = true;
     int fc = -1, fi = -1;
@@ -146,7 +146,7 @@ void pmu_prepare(Context& ctx) {
 }
 
 void Context::pmu_start(int core, PmuSample& s) noexcept {
-  Diagnostics& d = *diag;
+  RunFiles& d = *run_files;
   PmuCore& pc = d.cores[static_cast<std::size_t>(core)];
   s.hw = false;
   if (d.hardware && !pc.tried) {
@@ -163,7 +163,7 @@ void Context::pmu_start(int core, PmuSample& s) noexcept {
 }
 
 void Context::pmu_stop(int core, std::int32_t func_id, const PmuSample& s) noexcept {
-  Diagnostics& d = *diag;
+  RunFiles& d = *run_files;
   PmuCore& pc = d.cores[static_cast<std::size_t>(core)];
   std::uint64_t cycles = 0, instructions = 0;
   const bool hw = s.hw && read_pair(pc.fd_cycles, cycles, instructions);
@@ -181,7 +181,7 @@ void Context::pmu_stop(int core, std::int32_t func_id, const PmuSample& s) noexc
 }
 
 std::string pmu_write(Context& ctx) {
-  const Diagnostics& d = *ctx.diag;
+  const RunFiles& d = *ctx.run_files;
   const Callable& c = ctx.life.callables[ctx.run.callable];
   const std::size_t funcs = d.cores.empty() ? 0 : d.cores[0].cells.size();
   auto hw_of = [&](const PmuCore& pc) { return d.hardware && pc.fd_cycles >= 0; };

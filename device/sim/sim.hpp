@@ -349,7 +349,7 @@ struct Callable {
   simpler_orch_entry_fn entry = nullptr;
   std::int32_t expected_args = 0;
   std::vector<simpler_kernel_fn> kernels;  ///< by func_id; nullptr = none
-  std::vector<std::string> kernel_names;   ///< by func_id: the kernel file's stem (diagnostics)
+  std::vector<std::string> kernel_names;   ///< by func_id, for traces and the DAG ("" = none)
   std::vector<void*> kernel_handles;
 };
 
@@ -364,7 +364,7 @@ struct Callable {
 enum class Phase { Idle, Prepared, Running, Finished };
 
 class Context;
-class Diagnostics;  // diag.hpp: tensor dumps and counters of a run (dump.cpp, pmu.cpp)
+class RunFiles;  // run_files.hpp: tensor dumps and counters of a run (dump.cpp, pmu.cpp)
 
 /// The runtime handle an orchestration receives; `ops` must stay the first member.
 struct OrchRuntime {
@@ -436,8 +436,8 @@ struct RunSetup {
   std::vector<std::uint64_t> scalars;
   OrchRuntime orch_rt{};       ///< set once by init()
   std::uint32_t clusters = 0;  ///< clusters the run may use (block_dim; 0 in the config = all)
-  bool dump_tensor = false;    ///< dump each task's tensors (diag, dump.cpp)
-  std::int32_t pmu = 0;        ///< counter set (diag, pmu.cpp); 0 = off
+  bool dump_tensor = false;    ///< dump each task's tensors (run_files.hpp, dump.cpp)
+  std::int32_t pmu = 0;        ///< counter set (run_files.hpp, pmu.cpp); 0 = off
 };
 
 /// How runs end. Any device thread latches the run's first failure into `status` and `message`;
@@ -560,7 +560,7 @@ class Context {
   int start_threads();
   void stop_threads() noexcept;
 
-  // Diagnostics of a run (dump.cpp, pmu.cpp), called only when the run turned them on.
+  // Diagnostic files of a run (dump.cpp, pmu.cpp), called only when the run turned them on.
   /// Host, in prepare_run: checks the run config's diagnostics and creates the run's output
   /// directory; fails (naming the path and errno) when a file cannot be created there.
   int prepare_diagnostics(const simpler_run_config* cfg);
@@ -623,7 +623,7 @@ class Context {
   OrchState orch;
   SchedState sched;
   /// Dump and counter state; created at the first run that asks for either.
-  std::unique_ptr<Diagnostics> diag;
+  std::unique_ptr<RunFiles> run_files;
 };
 
 /// The function table every orchestration receives.

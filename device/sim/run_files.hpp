@@ -1,5 +1,5 @@
 // The diagnostics of a run the simulator writes as files: tensor dumps (dump.cpp) and counters
-// (pmu.cpp). A context creates its Diagnostics at the first run that turns either on; runs with
+// (pmu.cpp). A context creates its RunFiles at the first run that turns either on; runs with
 // both off never touch it (their only cost is a branch on RunSetup::dump_tensor / pmu).
 //
 // Files of run N of the context on device D go under <output_prefix>/chipD/runN/ (N counts the
@@ -46,12 +46,12 @@ struct alignas(64) PmuCore {
   std::vector<PmuCell> cells;  ///< by func_id
 };
 
-class Diagnostics {
+class RunFiles {
  public:
-  Diagnostics() = default;
-  Diagnostics(const Diagnostics&) = delete;
-  Diagnostics& operator=(const Diagnostics&) = delete;
-  ~Diagnostics();  ///< closes the cores' perf_event fds (the core threads have stopped)
+  RunFiles() = default;
+  RunFiles(const RunFiles&) = delete;
+  RunFiles& operator=(const RunFiles&) = delete;
+  ~RunFiles();  ///< closes the cores' perf_event fds (the core threads have stopped)
 
   std::string run_dir;  ///< <output_prefix>/chip<D>/run<N>
   std::uint64_t run_index = 0;
