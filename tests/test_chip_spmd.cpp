@@ -96,6 +96,23 @@ struct Spmd {
   /// `rec_blocks` blocks (3 rows each).
   int run(int which, std::int64_t blocks, std::uint32_t n, std::size_t rec_blocks,
           const simpler_run_config& cfg = base_config()) {
+    setup(which, blocks, n, rec_blocks);
+    return api.run(ctx, 0, &args_, &cfg);
+  }
+  /// The same through the four phases, calling `between` after prepare and before launch;
+  /// returns the first failing phase's status.
+  template <class F>
+  int run_phases(int which, std::int64_t blocks, std::uint32_t n, std::size_t rec_blocks,
+                 const simpler_run_config& cfg, F between) {
+    setup(which, blocks, n, rec_blocks);
+    if (const int rc = api.prepare_run(ctx, 0, &args_, &cfg); rc != SIMPLER_OK) return rc;
+    between();
+    if (const int rc = api.launch_run(ctx); rc != SIMPLER_OK) return rc;
+    const int waited = api.wait_run(ctx);
+    const int finished = api.finalize_run(ctx);
+    return waited != SIMPLER_OK ? waited : finished;
+  }
+  void setup(int which, std::int64_t blocks, std::uint32_t n, std::size_t rec_blocks) {
     const std::size_t rows = 3 * rec_blocks;
     x.assign(n, 0.0F);
     y.assign(n, 0.0F);
@@ -105,18 +122,17 @@ struct Spmd {
       y[i] = static_cast<float>(2 * i + 1);
     }
     rec.assign(rows * kRowInts, 0);
-    simpler_tensor t[4]{};
     void* data[4] = {x.data(), y.data(), z.data(), rec.data()};
     for (int i = 0; i < 4; ++i) {
-      t[i].data = reinterpret_cast<std::uintptr_t>(data[i]);
-      t[i].ndims = 1;
-      t[i].shapes[0] = i == 3 ? static_cast<std::uint32_t>(rows * kRowInts) : n;
-      t[i].dtype = i == 3 ? SIMPLER_INT32 : SIMPLER_FLOAT32;
+      t_[i] = simpler_tensor{};
+      t_[i].data = reinterpret_cast<std::uintptr_t>(data[i]);
+      t_[i].ndims = 1;
+      t_[i].shapes[0] = i == 3 ? static_cast<std::uint32_t>(rows * kRowInts) : n;
+      t_[i].dtype = i == 3 ? SIMPLER_INT32 : SIMPLER_FLOAT32;
     }
-    const std::uint64_t scalars[2] = {static_cast<std::uint64_t>(which),
-                                      static_cast<std::uint64_t>(blocks)};
-    const simpler_task_args args{4, 2, t, scalars};
-    return api.run(ctx, 0, &args, &cfg);
+    scalars_[0] = static_cast<std::uint64_t>(which);
+    scalars_[1] = static_cast<std::uint64_t>(blocks);
+    args_ = simpler_task_args{4, 2, t_, scalars_};
   }
   [[nodiscard]] std::string error() const { return api.last_error(ctx); }
   [[nodiscard]] const std::int32_t* row(std::size_t r) const { return rec.data() + r * kRowInts; }
@@ -124,6 +140,11 @@ struct Spmd {
   [[nodiscard]] int block_runs(std::size_t b) const {
     return row(3 * b)[0] + row(3 * b + 1)[0] + row(3 * b + 2)[0];
   }
+
+ private:
+  simpler_tensor t_[4]{};
+  std::uint64_t scalars_[2] = {};
+  simpler_task_args args_{};
 };
 
 /// z == x + y exactly (the kernel's blocks together covered every element once or more).
@@ -266,8 +287,7 @@ class CaptureStderr {
 
 }  // namespace
 
-// ---- SPMD
-// ----------------------------------------------------------------------------------------
+// ---- SPMD --------------------------------------------------------------------------------------
 
 TEST_CASE("an SPMD kernel splits a vector by block index and each block runs exactly once",
           "[chip][spmd]") {
@@ -412,8 +432,7 @@ TEST_CASE("an SPMD task's consumer sees the outputs of all its blocks", "[chip][
   }
 }
 
-// ---- tensor dumps
-// --------------------------------------------------------------------------------
+// ---- tensor dumps ------------------------------------------------------------------------------
 
 TEST_CASE("dump_tensor writes every task's tensors as .npy files that load back exactly",
           "[chip][diag][dump]") {
@@ -509,8 +528,40 @@ TEST_CASE("a diagnostics directory that cannot be created fails prepare naming p
   check_sum(d);
 }
 
-// ---- counters
-// ------------------------------------------------------------------------------------
+TEST_CASE("a dump file that cannot be written during the run loses none of the run's results",
+          "[chip][diag][dump][errors]") {
+  TempDir dir;
+  Spmd d(2, 1);
+  simpler_run_config cfg = base_config();
+  cfg.dump_tensor = 1;
+  set_prefix(cfg, dir.path);
+  std::string err;
+  int rc = 0;
+  {
+    CaptureStderr capture;
+    // After prepare checked the directory, it becomes a regular file: every write fails.
+    rc = d.run_phases(kConsumer, 3, 50, 4, cfg, [&] {
+      const std::string tensors = dir.path + "/chip1/run0/tensors";
+      fs::remove_all(tensors);
+      std::ofstream(tensors) << "in the way";
+    });
+    err = capture.text();
+  }
+  INFO(err);
+  REQUIRE(rc == SIMPLER_OK);
+  for (std::size_t i = 0; i < d.z.size(); ++i) REQUIRE(d.z[i] == d.x[i] + 2 * d.y[i]);
+  CHECK_THAT(err, Catch::Contains("simpler chip 1: tensor dump incomplete: cannot create " +
+                                  dir.path + "/chip1/run0/tensors/task") &&
+                      Catch::Contains(std::strerror(ENOTDIR)));
+  CHECK_THAT(err, Catch::Contains("simpler chip 1: cannot write the diagnostics of run 0"));
+  // One line for the dump files per run, not one per file.
+  CHECK(err.find("tensor dump incomplete") == err.rfind("tensor dump incomplete"));
+  // The context goes on; the next run's dump lands in run1.
+  REQUIRE(d.run(kAiv, 2, 16, 2, cfg) == SIMPLER_OK);
+  CHECK(read_index(dir.path + "/chip1/run1/tensors/index.json").size() == 5);
+}
+
+// ---- counters ----------------------------------------------------------------------------------
 
 namespace {
 
@@ -628,8 +679,7 @@ TEST_CASE("a pmu value without a counter set is refused", "[chip][diag][pmu][err
   CHECK(fs::is_empty(dir.path));
 }
 
-// ---- through ChipWorker
-// --------------------------------------------------------------------------
+// ---- through ChipWorker ------------------------------------------------------------------------
 
 TEST_CASE("CallConfig's block_dim, dump_tensor and pmu reach the simulated chip through ChipWorker",
           "[chip][spmd][diag]") {
