@@ -2,7 +2,7 @@
 #
 # 1. installs the already-built simpler build tree into a fresh prefix,
 # 2. configures tests/package against that prefix with find_package(simpler),
-# 3. builds it and runs the resulting program.
+# 3. builds it (with its own kernel and orchestration modules) and runs the resulting programs.
 # Any failing step fails the test.
 #
 # Inputs (-D...): SIMPLER_BINARY_DIR, SIMPLER_DEVICE_RUNTIME, PACKAGE_SOURCE_DIR,
@@ -115,10 +115,18 @@ elseif(NOT WITH_MPI AND _mpi_exe)
                       "exports simpler::mpi")
 endif()
 
-message(STATUS "RunPackageTest: running ${_exe}")
-execute_process(
-  COMMAND "${_exe}"
-  COMMAND_ECHO STDOUT
-  COMMAND_ERROR_IS_FATAL ANY)
+# The consumer's own kernel and orchestration on the installed simulated device.
+find_consumer(_chip_exe simpler_package_chip_consumer)
+if(NOT _chip_exe)
+  message(FATAL_ERROR "RunPackageTest: chip consumer executable not found under ${_build}")
+endif()
+
+foreach(_program IN ITEMS "${_exe}" "${_chip_exe}")
+  message(STATUS "RunPackageTest: running ${_program}")
+  execute_process(
+    COMMAND "${_program}"
+    COMMAND_ECHO STDOUT
+    COMMAND_ERROR_IS_FATAL ANY)
+endforeach()
 
 message(STATUS "RunPackageTest: OK")

@@ -1,34 +1,30 @@
 # simpler_device_module(<target> <output-name> <sources>...)
 #
-# Builds a device-side shared object (the device runtime, a kernel or an orchestration) as a
-# MODULE library named <output-name>.so in ${SIMPLER_DEVICE_OUTPUT_DIR}. Device modules see the
-# public headers but link nothing from simpler: kernels and orchestrations talk to the runtime only
-# through the ABI in <simpler/device/task_abi.h>.
+# Builds one of simpler's own device-side shared objects (the device runtime, a kernel or an
+# orchestration) as a MODULE library named <output-name>.so in ${SIMPLER_DEVICE_OUTPUT_DIR}, through
+# the installed helper simpler_add_device_module (cmake/SimplerModules.cmake), plus simpler's
+# warnings and sanitizer flags. Device modules link simpler::device only: kernels and
+# orchestrations talk to the runtime only through the ABI in <simpler/device/task_abi.h>.
 
 include_guard(GLOBAL)
+include(SimplerModules)
 
 set(SIMPLER_DEVICE_OUTPUT_DIR "${PROJECT_BINARY_DIR}/device")
 
 function(simpler_device_module target output_name)
-  add_library(${target} MODULE ${ARGN})
-  set_target_properties(${target} PROPERTIES
-    PREFIX ""
-    OUTPUT_NAME "${output_name}"
-    LIBRARY_OUTPUT_DIRECTORY "${SIMPLER_DEVICE_OUTPUT_DIR}"
-    CXX_VISIBILITY_PRESET hidden
-    C_VISIBILITY_PRESET hidden
-    VISIBILITY_INLINES_HIDDEN ON
-    POSITION_INDEPENDENT_CODE ON)
-  target_include_directories(${target} PRIVATE "${PROJECT_SOURCE_DIR}/include")
-  target_compile_features(${target} PRIVATE cxx_std_20)
-  # Bind the module's own symbols to itself: a module never picks up a same-named symbol from
-  # the process that loads it.
-  target_link_options(${target} PRIVATE "LINKER:-Bsymbolic")
-  # No undefined symbols, except where the executable provides them: Clang links the sanitizer
-  # runtimes and libFuzzer's coverage callbacks into the executable only.
-  if(NOT (CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND (SIMPLER_SANITIZE OR SIMPLER_BUILD_FUZZERS)))
-    target_link_options(${target} PRIVATE "LINKER:--no-undefined")
+  set(_kind runtime)
+  if(output_name MATCHES "kernel_")
+    set(_kind kernel)
+  elseif(output_name MATCHES "orch_")
+    set(_kind orchestration)
   endif()
+  # Clang links the sanitizer runtimes and libFuzzer's coverage callbacks into the executable only.
+  set(_allow_undefined "")
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND (SIMPLER_SANITIZE OR SIMPLER_BUILD_FUZZERS))
+    set(_allow_undefined ALLOW_UNDEFINED)
+  endif()
+  simpler_add_device_module(${target} KIND ${_kind} SOURCES ${ARGN}
+    OUTPUT_NAME "${output_name}" OUTPUT_DIRECTORY "${SIMPLER_DEVICE_OUTPUT_DIR}" ${_allow_undefined})
   simpler_target_options(${target})
   set_property(GLOBAL APPEND PROPERTY SIMPLER_DEVICE_MODULES ${target})
 endfunction()

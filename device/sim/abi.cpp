@@ -191,3 +191,9 @@ SIMPLER_EXPORT int simpler_run(simpler_device_context* ctx, int32_t callable_id,
     return c.finalize_run();
   });
 }
+
+SIMPLER_EXPORT int simpler_get_run_trace(const simpler_device_context* ctx,
+                                         simpler_trace_info* out) {
+  if (ctx == nullptr) return SIMPLER_ERR_INVALID_ARGUMENT;
+  return simpler::sim::diag_get_trace(*as_ctx(ctx), out);
+}

@@ -501,6 +501,7 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
   int aicpu_threads = config.default_aicpu_threads;
   Sizing s{};
   if (const int rc = resolve_run_config(*this, cfg, aicpu_threads, s); rc != SIMPLER_OK) return rc;
+  if (const int rc = diag_prepare(*this, cfg); rc != SIMPLER_OK) return rc;
   if (const int rc = ensure_arena(s); rc != SIMPLER_OK) return rc;
 
   const std::int32_t block_dim = cfg != nullptr && cfg->struct_size != 0 ? cfg->block_dim : 0;
@@ -529,6 +530,7 @@ int Context::launch_run() {
   }
   install_fault_handler();
   boot();
+  diag_launch(*this);
   // relaxed: the device threads are asleep; the seq_cst generation bump below publishes these.
   outcome.status.store(0, std::memory_order_relaxed);
   {
@@ -606,7 +608,7 @@ int Context::finalize_run() {
     if (outcome.broken.load())
       life.last_error += fmt::format(" (the context is now unusable: {})", outcome.broken_reason);
   }
-  return status;
+  return diag_finish(*this, status);
 }
 
 void Context::stats(simpler_context_stats* out) const {

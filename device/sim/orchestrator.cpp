@@ -220,6 +220,7 @@ bool find_producers(Context& ctx, std::uint64_t nth, const simpler_task_builder&
   // Drop TensorMap entries of retired writers first: it keeps bucket chains short (a lookup
   // walks every entry of its buffer) and costs four checks when nothing retired.
   tm_reclaim(h);
+  if (ctx.diag.find_edges) diag_find_edges(ctx, b);
   for (int i = 0; i < b.tensor_count; ++i) {
     const simpler_chip_tensor& t = b.tensors[i];
     const int tag = b.tags[i];
@@ -320,6 +321,7 @@ void wire_producers(Context& ctx, const Candidates& cand, std::uint32_t ring, st
 std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builder* b,
                               simpler_chip_tensor* outputs) {
   if (fatal()) return SIMPLER_INVALID_TASK_ID;
+  const std::uint64_t t0 = diag.swimlane >= 4 ? trace_now_ns() : 0;
   const std::uint64_t nth = orch.submitted.load(std::memory_order_relaxed);
   TaskPlan plan;
   if (!check_builder(*this, nth, b) || !plan_kernels(*this, nth, k, plan) ||
@@ -358,6 +360,7 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
 
   record_writers(h, *b, p, id);
   wire_producers(*this, cand, ring, id, s, p);
+  if (diag.find_edges) diag_submitted(*this, id, *b, p.tensors, plan.lanes, t0);
   orch.submitted.fetch_add(1, std::memory_order_seq_cst);
   sched.progress.fetch_add(1, std::memory_order_relaxed);
   if (outputs != nullptr) {

@@ -243,11 +243,16 @@ void Context::core_main(int index) {
         std::chrono::microseconds(20), far_future());
     if (threads.stopping.load(std::memory_order_seq_cst) != 0) return;
     last = token;
+    const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
     PmuSample sample;
     const bool pmu = run.pmu != 0;
     if (pmu) pmu_start(index, sample);
     c.fault_signal = run_guarded(c);
     if (pmu) pmu_stop(index, c.func_id, sample);
+    if (diag.swimlane != 0) {
+      diag.buffers[static_cast<std::size_t>(kCoreTraceBuffer + index)].push(
+          t0, trace_now_ns(), c.running, -1, SIMPLER_TRACE_KERNEL, c.func_id, c.local.block_idx);
+    }
     const int owner = c.scheduler;
     // seq_cst: the scheduler's sleep check reads COND with seq_cst after registering.
     c.cond.store(kCondFin | token, std::memory_order_seq_cst);
@@ -279,6 +284,7 @@ void Context::scheduler_main(int index) {
 
 void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id,
                             std::int32_t block_idx) {
+  const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
   const Payload& p = payload_of(id);
   for (int i = 0; i < p.tensor_count; ++i) {
     c.args[i] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&p.tensors[i]));
@@ -306,6 +312,10 @@ void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id,
   c.dmb.store(c.token, std::memory_order_seq_cst);
   c.wake.notify_all();
   sched.progress.fetch_add(1, std::memory_order_relaxed);
+  if (diag.swimlane != 0) {
+    diag.buffers[static_cast<std::size_t>(1 + c.scheduler)].push(
+        t0, trace_now_ns(), id, -1, SIMPLER_TRACE_DISPATCH, func_id, block_idx);
+  }
 }
 
 void Context::finish_core(Core& c, bool& pushed) {
@@ -329,7 +339,12 @@ void Context::finish_core(Core& c, bool& pushed) {
   }
   if (slot_of(id).lanes_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     if (run.dump_tensor && !fatal()) dump_task(id, true);
+    const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
     complete_task(id, &pushed);
+    if (diag.swimlane != 0) {
+      diag.buffers[static_cast<std::size_t>(1 + c.scheduler)].push(t0, trace_now_ns(), id, -1,
+                                                                   SIMPLER_TRACE_COMPLETE, -1);
+    }
   }
 }
 
@@ -387,8 +402,10 @@ class SchedulerRun {
           return;
       }
       // Sleep until there is something to do; wake every 100 ms for the watchdog.
+      const std::uint64_t t0 = ctx_.diag.swimlane >= 3 ? trace_now_ns() : 0;
       ctx_.sched.wake[index_].await([this] { return has_work(); }, std::chrono::microseconds(20),
                                     now + std::chrono::milliseconds(100));
+      if (ctx_.diag.swimlane >= 3) trace_internal(t0, SIMPLER_INVALID_TASK_ID, kSchedIdleWait);
     }
   }
 
@@ -482,6 +499,7 @@ class SchedulerRun {
     std::uint64_t id;
     while (!q_mix_.empty()) {
       if (!mix_may_fit() || !q_mix_.pop(id)) break;
+      trace_pop(id);
       const SlotState& st = ctx_.slot_of(id);
       const std::uint32_t k = cluster_for(st.lane_mask);
       if (k == clusters_total_) {
@@ -504,6 +522,7 @@ class SchedulerRun {
     for (std::uint32_t core : aic_) {
       if (!idle(core)) continue;
       if (!q_aic_.pop(id)) break;
+      trace_pop(id);
       const std::int32_t b = claim_block(q_aic_, id, pushed);
       ctx_.dispatch_lane(cores_[core], id, ctx_.payload_of(id).kernels[0], b);
       did = true;
@@ -517,6 +536,7 @@ class SchedulerRun {
     for (std::uint32_t core : aiv_) {
       if (!idle(core)) continue;
       if (!q_aiv_.pop(id)) break;
+      trace_pop(id);
       const Payload& p = ctx_.payload_of(id);
       const std::int32_t b = claim_block(q_aiv_, id, pushed);
       ctx_.dispatch_lane(cores_[core], id, p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2], b);
@@ -586,6 +606,15 @@ class SchedulerRun {
       return true;
     }
     return all_completed();
+  }
+
+  /// A scheduler-internals event (swimlane >= 3) on this scheduler's track.
+  void trace_internal(std::uint64_t t0, std::uint64_t task, SchedulerOp op) noexcept {
+    ctx_.diag.buffers[static_cast<std::size_t>(1 + index_)].push(t0, trace_now_ns(), task, -1,
+                                                                 SIMPLER_TRACE_SCHEDULER, op);
+  }
+  void trace_pop(std::uint64_t task) noexcept {
+    if (ctx_.diag.swimlane >= 3) trace_internal(trace_now_ns(), task, kSchedQueuePop);
   }
 
   Context& ctx_;

@@ -35,6 +35,7 @@
 #include "simpler/detail/event_count.hpp"
 #include "simpler/device/device_abi.h"
 #include "simpler/device/task_abi.h"
+#include "trace.hpp"
 
 namespace simpler::sim {
 
@@ -617,6 +618,7 @@ class Context {
   ArenaState arena;
   Counters counters;
   RunSetup run;
+  Diag diag;  ///< traces and the DAG (trace.hpp says who writes what)
   Threads threads;
   // Written by the device threads during a run.
   Outcome outcome;

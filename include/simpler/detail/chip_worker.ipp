@@ -362,6 +362,16 @@ inline simpler_context_stats ChipWorker::stats() const {
   return s;
 }
 
+inline simpler_trace_info ChipWorker::last_run_trace() const {
+  check_ready("last_run_trace");
+  simpler_trace_info t{};
+  t.struct_size = sizeof(simpler_trace_info);
+  if (const int status = rt_->get_run_trace(ctx_, &t); status != SIMPLER_OK) {
+    throw_status("ChipWorker::last_run_trace", status);
+  }
+  return t;
+}
+
 inline void ChipWorker::finalize() {
   if (ctx_ == nullptr) {
     state_ = State::Finalised;

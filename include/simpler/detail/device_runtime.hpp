@@ -50,7 +50,8 @@ namespace simpler::detail {
   X(launch_run, simpler_launch_run)                   \
   X(wait_run, simpler_wait_run)                       \
   X(finalize_run, simpler_finalize_run)               \
-  X(run, simpler_run)
+  X(run, simpler_run)                                 \
+  X(get_run_trace, simpler_get_run_trace)
 
 /// The function table of one loaded device runtime. Immutable once loaded; shared by every
 /// ChipWorker using the same path. Thread-safe (the functions themselves follow device_abi.h:

@@ -107,6 +107,15 @@ class ChipWorker {
 
   /// The context's counters (loads, boots, runs, ...).
   [[nodiscard]] simpler_context_stats stats() const;
+  /// The chip trace of the last finished run on this chip (simpler_get_run_trace): its events
+  /// sorted by begin_ns (CLOCK_MONOTONIC nanoseconds, the clock of the host's own trace), one
+  /// track name per AICPU thread and AICore core, and how many events were dropped because a
+  /// per-thread buffer was full. Zero events when the run's CallConfig::enable_l2_swimlane was 0
+  /// or no run finished yet. The arrays belong to the device context: they stay valid until the
+  /// next run, finalize() or destruction of this ChipWorker, so copy what must outlive them. Only
+  /// the thread driving the chip may call it. Throws UsageError when the chip is not ready,
+  /// DeviceError when the runtime refuses.
+  [[nodiscard]] simpler_trace_info last_run_trace() const;
   [[nodiscard]] int device_id() const noexcept { return device_id_; }
   /// True between a successful init() and finalize().
   [[nodiscard]] bool ready() const noexcept { return state_ == State::Ready; }

@@ -341,6 +341,15 @@ FAKE_API int simpler_finalize_run(simpler_device_context* ctx) {
   return fake_fail(ctx, SIMPLER_ERR_NO_RUN, "fake: no run was prepared");
 }
 
+/* The fake records no trace: every run's trace is empty. */
+FAKE_API int simpler_get_run_trace(const simpler_device_context* ctx, simpler_trace_info* out) {
+  if (ctx == NULL || out == NULL || out->struct_size < sizeof(simpler_trace_info))
+    return SIMPLER_ERR_INVALID_ARGUMENT;
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  return SIMPLER_OK;
+}
+
 #ifndef FAKE_OMIT_RUN
 FAKE_API int simpler_wait_run(simpler_device_context* ctx) {
   if (ctx == NULL) return SIMPLER_ERR_INVALID_ARGUMENT;
