@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 
+#include "run_files.hpp"
 #include "sim.hpp"
 
 namespace simpler::sim {
@@ -503,7 +504,16 @@ int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
   if (const int rc = diag_prepare(*this, cfg); rc != SIMPLER_OK) return rc;
   if (const int rc = ensure_arena(s); rc != SIMPLER_OK) return rc;
 
+  const std::int32_t block_dim = cfg != nullptr && cfg->struct_size != 0 ? cfg->block_dim : 0;
+  if (block_dim < 0 || static_cast<std::uint32_t>(block_dim) > config.num_clusters) {
+    return fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                fmt::format("block_dim {} is outside 0..{}: it is the number of clusters the run "
+                            "may use (0 = all {} clusters of device {})",
+                            block_dim, config.num_clusters, config.num_clusters, config.device_id));
+  }
   run.callable = id;
+  if (const int rc = prepare_diagnostics(cfg); rc != SIMPLER_OK) return rc;
+  run.clusters = block_dim == 0 ? config.num_clusters : static_cast<std::uint32_t>(block_dim);
   run.threads = aicpu_threads;
   run.tensors = std::move(tensors);
   run.scalars.assign(args != nullptr && sc > 0 ? args->scalars : nullptr,
@@ -587,6 +597,7 @@ int Context::finalize_run() {
     return fail(SIMPLER_ERR_NO_RUN, "finalize_run needs a prepared or launched run");
   }
   life.phase = Phase::Idle;
+  if (run.dump_tensor || run.pmu != 0) finish_diagnostics();
   ++counters.runs;
   counters.tasks_completed += sched.completed.load(std::memory_order_seq_cst);
   const int status = outcome.status.load(std::memory_order_seq_cst);

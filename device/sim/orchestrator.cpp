@@ -57,6 +57,8 @@ const char* build_error(int e) noexcept {
       return "a tensor was added after a scalar";
     case SIMPLER_BUILD_BAD_TAG:
       return "an unknown tensor tag";
+    case SIMPLER_BUILD_BAD_BLOCK_NUM:
+      return "a negative SPMD block count";
     default:
       return "an unknown builder error";
   }
@@ -69,6 +71,7 @@ struct TaskPlan {
   int lanes_used = 0;
   Shape shape = Shape::Aic;
   std::uint64_t out_bytes = 0;  ///< heap bytes of its runtime-allocated outputs
+  std::int32_t blocks = 1;      ///< SPMD blocks, resolved (>= 1)
 };
 
 /// The builder is present, complete and within the task limits. Latches and returns false if
@@ -133,6 +136,28 @@ bool plan_kernels(Context& ctx, std::uint64_t nth, simpler_mixed_kernels k, Task
   plan.lane_mask = mask;
   plan.lanes_used = std::popcount(static_cast<unsigned>(mask));
   plan.shape = plan.lanes_used > 1 ? Shape::Mix : (mask == 1 ? Shape::Aic : Shape::Aiv);
+  return true;
+}
+
+/// The SPMD block count of the builder, resolved against the cores of the task's shape the run
+/// may use. Latches and returns false on a count outside 1..SIMPLER_MAX_BLOCK_NUM.
+bool plan_blocks(Context& ctx, std::uint64_t nth, const simpler_task_builder& b, TaskPlan& plan) {
+  const std::int32_t n = b.block_num;
+  const std::uint32_t clusters = ctx.run.clusters;
+  if (n == 0) {
+    plan.blocks = 1;
+  } else if (n == SIMPLER_BLOCK_NUM_ALL) {
+    plan.blocks = static_cast<std::int32_t>(plan.shape == Shape::Aiv ? 2 * clusters : clusters);
+  } else if (n < 0 || n > SIMPLER_MAX_BLOCK_NUM) {
+    const int lane = plan.lanes[0] >= 0 ? 0 : (plan.lanes[1] >= 0 ? 1 : 2);
+    ctx.latch(SIMPLER_ERR_INVALID_TASK_ARGS,
+              fmt::format("submit #{} (func_id {}): SPMD block count {} is outside 1..{} (0 "
+                          "means one block per core of the task's shape)",
+                          nth, plan.lanes[lane], n, SIMPLER_MAX_BLOCK_NUM));
+    return false;
+  } else {
+    plan.blocks = n;
+  }
   return true;
 }
 
@@ -237,6 +262,8 @@ void fill_payload(Payload& p, const simpler_task_builder& b, const TaskPlan& pla
   p.scalar_count = b.scalar_count;
   p.fanin_count = 0;
   for (int l = 0; l < 3; ++l) p.kernels[l] = plan.lanes[l];
+  p.block_num = plan.blocks;
+  p.next_block = 0;
   std::uint64_t cursor = heap_off;
   for (int i = 0; i < b.tensor_count; ++i) {
     p.tensors[i] = b.tensors[i];
@@ -298,7 +325,7 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
   const std::uint64_t nth = orch.submitted.load(std::memory_order_relaxed);
   TaskPlan plan;
   if (!check_builder(*this, nth, b) || !plan_kernels(*this, nth, k, plan) ||
-      !check_tensors(*this, nth, *b, plan)) {
+      !plan_blocks(*this, nth, *b, plan) || !check_tensors(*this, nth, *b, plan)) {
     return SIMPLER_INVALID_TASK_ID;
   }
 
@@ -321,9 +348,12 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
   Payload& p = rc.payloads[local & rc.mask];
   // The wiring hold on the fanin; references of the scope and of the completion.
   bind_slot(s, id,
-            {1, 2, plan.lanes_used, static_cast<std::uint8_t>(plan.shape), plan.lane_mask, heap_off,
-             heap_off + plan.out_bytes, kSlotPending});
+            {1, 2, plan.lanes_used * plan.blocks, static_cast<std::uint8_t>(plan.shape),
+             plan.lane_mask, heap_off, heap_off + plan.out_bytes, kSlotPending});
   fill_payload(p, *b, plan, rc, heap_off, id);
+  if (run.dump_tensor) {
+    for (int i = 0; i < b->tensor_count; ++i) p.tags[i] = static_cast<std::int8_t>(b->tags[i]);
+  }
   // Publish the slot: schedulers read `current` (acquire) before looking at slots of this ring.
   rc.current.store(local + 1, std::memory_order_seq_cst);
   st.tasks[st.top++] = id;

@@ -98,11 +98,12 @@ void op_report_fatal(simpler_orch_runtime* rt, const char* message) {
                    fmt::format("the orchestration reported a fatal error: {}",
                                message != nullptr ? message : "(no message)"));
 }
+// The clusters (and AIV cores) this run may use: the run config's block_dim caps them.
 uint32_t op_clusters(simpler_orch_runtime* rt) {
-  return ctx_of(rt).config.num_clusters;
+  return ctx_of(rt).run.clusters;
 }
 uint32_t op_aivs(simpler_orch_runtime* rt) {
-  return 2 * ctx_of(rt).config.num_clusters;
+  return 2 * ctx_of(rt).run.clusters;
 }
 
 constexpr simpler_orch_ops kOps = {SIMPLER_TASK_ABI_VERSION,
@@ -243,7 +244,11 @@ void Context::core_main(int index) {
     if (threads.stopping.load(std::memory_order_seq_cst) != 0) return;
     last = token;
     const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
+    PmuSample sample;
+    const bool pmu = run.pmu != 0;
+    if (pmu) pmu_start(index, sample);
     c.fault_signal = run_guarded(c);
+    if (pmu) pmu_stop(index, c.func_id, sample);
     if (diag.swimlane != 0) {
       diag.buffers[static_cast<std::size_t>(kCoreTraceBuffer + index)].push(
           t0, trace_now_ns(), c.running, -1, SIMPLER_TRACE_KERNEL, c.func_id, c.local.block_idx);
@@ -277,7 +282,8 @@ void Context::scheduler_main(int index) {
   }
 }
 
-void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id) {
+void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id,
+                            std::int32_t block_idx) {
   const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
   const Payload& p = payload_of(id);
   for (int i = 0; i < p.tensor_count; ++i) {
@@ -290,8 +296,8 @@ void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id) {
       static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&c.local));
   c.args[SIMPLER_KERNEL_GLOBAL_ARG] =
       static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&c.global));
-  c.local.block_idx = 0;
-  c.local.block_num = 1;
+  c.local.block_idx = block_idx;
+  c.local.block_num = p.block_num;
   c.local.failed = 0;
   c.local.message[0] = '\0';
   c.fn = life.callables[run.callable].kernels[static_cast<std::size_t>(func_id)];
@@ -307,8 +313,8 @@ void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id) {
   c.wake.notify_all();
   sched.progress.fetch_add(1, std::memory_order_relaxed);
   if (diag.swimlane != 0) {
-    diag.buffers[static_cast<std::size_t>(1 + c.scheduler)].push(t0, trace_now_ns(), id, -1,
-                                                                 SIMPLER_TRACE_DISPATCH, func_id);
+    diag.buffers[static_cast<std::size_t>(1 + c.scheduler)].push(
+        t0, trace_now_ns(), id, -1, SIMPLER_TRACE_DISPATCH, func_id, block_idx);
   }
 }
 
@@ -332,6 +338,7 @@ void Context::finish_core(Core& c, bool& pushed) {
                       c.global.cluster_id, c.local.message));
   }
   if (slot_of(id).lanes_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (run.dump_tensor && !fatal()) dump_task(id, true);
     const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
     complete_task(id, &pushed);
     if (diag.swimlane != 0) {
@@ -360,7 +367,7 @@ class SchedulerRun {
         last_change_(Clock::now()) {
     const std::uint32_t C = clusters_total_;
     const int nsched = ctx.run.threads - 1;
-    for (std::uint32_t k = 0; k < C; ++k) {
+    for (std::uint32_t k = 0; k < ctx.run.clusters; ++k) {  // block_dim caps the clusters
       if (static_cast<int>(k % static_cast<std::uint32_t>(nsched)) != index) continue;
       clusters_.push_back(k);
       aic_.push_back(k);
@@ -379,7 +386,7 @@ class SchedulerRun {
       // wake-up at all).
       bool pushed = false;
       bool did = finish_reported(pushed);
-      if (!ctx_.fatal()) did |= dispatch_ready();
+      if (!ctx_.fatal()) did |= dispatch_ready(pushed);
       if (pushed && any_queued()) ctx_.notify_schedulers();
       const bool own_running = any_running();
       if (run_over(own_running)) return;
@@ -447,11 +454,25 @@ class SchedulerRun {
 
   /// Dispatches ready tasks to idle cores: MIX first (a MIX task needs every lane it names idle
   /// in one cluster), then AIC, then AIV. True when anything was dispatched.
-  bool dispatch_ready() {
-    bool did = dispatch_mix();
-    did |= dispatch_aic();
-    did |= dispatch_aiv();
+  bool dispatch_ready(bool& pushed) {
+    bool did = dispatch_mix(pushed);
+    did |= dispatch_aic(pushed);
+    did |= dispatch_aiv(pushed);
     return did;
+  }
+
+  /// Claims the next SPMD block of task `id`, just popped from `q`: before its first block the
+  /// task's inputs are dumped (when on), and while blocks remain it goes back into `q` (setting
+  /// `pushed`, so the other schedulers are woken for them if this one leaves any).
+  std::int32_t claim_block(ReadyQueue& q, std::uint64_t id, bool& pushed) {
+    Payload& p = ctx_.payload_of(id);
+    const std::int32_t b = p.next_block++;
+    if (b == 0 && ctx_.run.dump_tensor) ctx_.dump_task(id, false);
+    if (p.next_block < p.block_num) {
+      q.push(id);  // cannot fail: the task held this entry until the pop
+      pushed = true;
+    }
+    return b;
   }
 
   /// A cluster of ours with at least two idle lanes: only then can a MIX task fit.
@@ -473,7 +494,7 @@ class SchedulerRun {
     return clusters_total_;
   }
 
-  bool dispatch_mix() {
+  bool dispatch_mix(bool& pushed) {
     bool did = false;
     std::uint64_t id;
     while (!q_mix_.empty()) {
@@ -486,28 +507,30 @@ class SchedulerRun {
         break;
       }
       const Payload& p = ctx_.payload_of(id);
-      if (st.lane_mask & 1) ctx_.dispatch_lane(cores_[k], id, p.kernels[0]);
-      if (st.lane_mask & 2) ctx_.dispatch_lane(cores_[aiv0_of(k)], id, p.kernels[1]);
-      if (st.lane_mask & 4) ctx_.dispatch_lane(cores_[aiv1_of(k)], id, p.kernels[2]);
+      const std::int32_t b = claim_block(q_mix_, id, pushed);  // one cluster per block
+      if (st.lane_mask & 1) ctx_.dispatch_lane(cores_[k], id, p.kernels[0], b);
+      if (st.lane_mask & 2) ctx_.dispatch_lane(cores_[aiv0_of(k)], id, p.kernels[1], b);
+      if (st.lane_mask & 4) ctx_.dispatch_lane(cores_[aiv1_of(k)], id, p.kernels[2], b);
       did = true;
     }
     return did;
   }
 
-  bool dispatch_aic() {
+  bool dispatch_aic(bool& pushed) {
     bool did = false;
     std::uint64_t id;
     for (std::uint32_t core : aic_) {
       if (!idle(core)) continue;
       if (!q_aic_.pop(id)) break;
       trace_pop(id);
-      ctx_.dispatch_lane(cores_[core], id, ctx_.payload_of(id).kernels[0]);
+      const std::int32_t b = claim_block(q_aic_, id, pushed);
+      ctx_.dispatch_lane(cores_[core], id, ctx_.payload_of(id).kernels[0], b);
       did = true;
     }
     return did;
   }
 
-  bool dispatch_aiv() {
+  bool dispatch_aiv(bool& pushed) {
     bool did = false;
     std::uint64_t id;
     for (std::uint32_t core : aiv_) {
@@ -515,7 +538,8 @@ class SchedulerRun {
       if (!q_aiv_.pop(id)) break;
       trace_pop(id);
       const Payload& p = ctx_.payload_of(id);
-      ctx_.dispatch_lane(cores_[core], id, p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2]);
+      const std::int32_t b = claim_block(q_aiv_, id, pushed);
+      ctx_.dispatch_lane(cores_[core], id, p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2], b);
       did = true;
     }
     return did;

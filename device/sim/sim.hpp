@@ -151,6 +151,12 @@ struct Payload {
   std::int32_t scalar_count = 0;
   std::int32_t fanin_count = 0;
   std::int32_t kernels[3] = {-1, -1, -1};
+  /// SPMD: the blocks the task runs as (>= 1), and the next block to dispatch. The task sits in
+  /// its ready queue at most once; the scheduler that popped it claims `next_block` and pushes
+  /// it back while blocks remain, so the queue's release/acquire orders every claim.
+  std::int32_t block_num = 1;
+  std::int32_t next_block = 0;
+  std::int8_t tags[SIMPLER_MAX_TASK_TENSORS] = {};  ///< filled only when tensors are dumped
   std::uint64_t fanin[kMaxFanin];
   simpler_chip_tensor tensors[SIMPLER_MAX_TASK_TENSORS];
   std::uint64_t scalars[SIMPLER_MAX_TASK_SCALARS];
@@ -359,6 +365,7 @@ struct Callable {
 enum class Phase { Idle, Prepared, Running, Finished };
 
 class Context;
+class RunFiles;  // run_files.hpp: tensor dumps and counters of a run (dump.cpp, pmu.cpp)
 
 /// The runtime handle an orchestration receives; `ops` must stay the first member.
 struct OrchRuntime {
@@ -428,7 +435,10 @@ struct RunSetup {
   int threads = 3;  ///< AICPU threads of this run (1 orchestrator + threads - 1 schedulers)
   std::vector<simpler_chip_tensor> tensors;
   std::vector<std::uint64_t> scalars;
-  OrchRuntime orch_rt{};  ///< set once by init()
+  OrchRuntime orch_rt{};       ///< set once by init()
+  std::uint32_t clusters = 0;  ///< clusters the run may use (block_dim; 0 in the config = all)
+  bool dump_tensor = false;    ///< dump each task's tensors (run_files.hpp, dump.cpp)
+  std::int32_t pmu = 0;        ///< counter set (run_files.hpp, pmu.cpp); 0 = off
 };
 
 /// How runs end. Any device thread latches the run's first failure into `status` and `message`;
@@ -540,7 +550,7 @@ class Context {
   // Scheduler side (scheduler.cpp)
   void scheduler_main(int index);
   void run_scheduler(int index);
-  void dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id);
+  void dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id, std::int32_t block_idx = 0);
   /// Completes the task of a core that reported FIN; sets `pushed` when consumers became ready.
   void finish_core(Core& c, bool& pushed);
   std::string stall_report(const std::vector<std::uint32_t>& owned, Clock::time_point now);
@@ -550,6 +560,24 @@ class Context {
   bool wait_for_launch(std::uint32_t& seen);
   int start_threads();
   void stop_threads() noexcept;
+
+  // Diagnostic files of a run (dump.cpp, pmu.cpp), called only when the run turned them on.
+  /// Host, in prepare_run: checks the run config's diagnostics and creates the run's output
+  /// directory; fails (naming the path and errno) when a file cannot be created there.
+  int prepare_diagnostics(const simpler_run_config* cfg);
+  /// Host, in finalize_run: writes tensors/index.json and pmu.json. Never fails the run: a
+  /// write error is printed to stderr.
+  void finish_diagnostics() noexcept;
+  /// A scheduler: task `id`'s tensors before its first dispatch (`after` false) or after its
+  /// last block finished (`after` true).
+  void dump_task(std::uint64_t id, bool after) noexcept;
+  /// A core thread, around one kernel call: opaque start sample, then the accounting.
+  struct PmuSample {
+    std::uint64_t wall_ns, cpu_ns, cycles, instructions;
+    bool hw;
+  };
+  void pmu_start(int core, PmuSample& s) noexcept;
+  void pmu_stop(int core, std::int32_t func_id, const PmuSample& s) noexcept;
 
   // Task lifecycle, shared by the orchestrator and the schedulers (rings.cpp)
   /// True when `id` names a task (or alloc) this run created: a ring that exists and a local id
@@ -596,6 +624,8 @@ class Context {
   Outcome outcome;
   OrchState orch;
   SchedState sched;
+  /// Dump and counter state; created at the first run that asks for either.
+  std::unique_ptr<RunFiles> run_files;
 };
 
 /// The function table every orchestration receives.

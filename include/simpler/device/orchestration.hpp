@@ -89,6 +89,12 @@ class Task {
     simpler_builder_add_scalar(&b_, to_u64(v));
     return *this;
   }
+  /// Runs the kernel as `n` SPMD blocks (default 1); 0 = one block per core of the task's shape
+  /// the run may use. Each block sees local().block_idx in 0..n-1 and local().block_num == n.
+  Task& blocks(std::int64_t n) noexcept {
+    simpler_builder_set_blocks(&b_, n);
+    return *this;
+  }
   Task& add(const ChipTensor& t, std::int32_t tag) noexcept {
     simpler_builder_add_tensor(&b_, &t, tag);
     return *this;
@@ -184,6 +190,9 @@ class KernelArgs {
     return *simpler_kernel_global(a_);
   }
   [[nodiscard]] simpler_local_context& local() const noexcept { return *simpler_kernel_local(a_); }
+  /// This dispatch's SPMD block (0..block_num()-1) and the task's block count.
+  [[nodiscard]] std::int32_t block_idx() const noexcept { return local().block_idx; }
+  [[nodiscard]] std::int32_t block_num() const noexcept { return local().block_num; }
 
  private:
   std::int64_t* a_;

@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define SIMPLER_TASK_ABI_VERSION 1u
+#define SIMPLER_TASK_ABI_VERSION 2u
 #define SIMPLER_MAX_TASK_TENSORS 16
 #define SIMPLER_MAX_TASK_SCALARS 16
 #define SIMPLER_MAX_FUNC_ID 1024
@@ -41,6 +41,10 @@ extern "C" {
 #define SIMPLER_KERNEL_LOCAL_ARG 48
 #define SIMPLER_KERNEL_GLOBAL_ARG 49
 #define SIMPLER_INVALID_TASK_ID UINT64_MAX
+/** The most SPMD blocks one task may run as (simpler_task_builder.block_num). */
+#define SIMPLER_MAX_BLOCK_NUM 65535
+/** simpler_task_builder.block_num: as many blocks as the run has cores of the task's shape. */
+#define SIMPLER_BLOCK_NUM_ALL (-1)
 /** The largest byte size of one tensor (256 TiB, past any buffer a process can map). The runtime
  *  refuses larger descriptors, so offset and size arithmetic on a tensor never wraps. */
 #define SIMPLER_MAX_TENSOR_BYTES (UINT64_C(1) << 48)
@@ -126,6 +130,13 @@ typedef struct simpler_task_builder {
   int32_t tags[SIMPLER_MAX_TASK_TENSORS];
   simpler_chip_tensor tensors[SIMPLER_MAX_TASK_TENSORS];
   uint64_t scalars[SIMPLER_MAX_TASK_SCALARS];
+  /** SPMD blocks the kernel runs as: 0 (unset) = 1 block; SIMPLER_BLOCK_NUM_ALL = one per core
+   *  of the task's shape the run may use (clusters for AIC and MIX tasks, 2 x clusters for AIV);
+   *  else 1..SIMPLER_MAX_BLOCK_NUM. Each block is one dispatch seeing its block_idx and
+   *  block_num; the task completes when every block finished. A MIX task's block occupies one
+   *  cluster: each of its lanes sees the same block_idx. */
+  int32_t block_num;
+  int32_t reserved_block;
 } simpler_task_builder;
 
 enum {
@@ -133,7 +144,8 @@ enum {
   SIMPLER_BUILD_TOO_MANY_TENSORS = 1,
   SIMPLER_BUILD_TOO_MANY_SCALARS = 2,
   SIMPLER_BUILD_TENSOR_AFTER_SCALAR = 3,
-  SIMPLER_BUILD_BAD_TAG = 4
+  SIMPLER_BUILD_BAD_TAG = 4,
+  SIMPLER_BUILD_BAD_BLOCK_NUM = 5
 };
 
 static inline void simpler_builder_add_tensor(simpler_task_builder* b, const simpler_chip_tensor* t,
@@ -165,6 +177,23 @@ static inline void simpler_builder_add_scalar(simpler_task_builder* b, uint64_t 
     return;
   }
   b->scalars[b->scalar_count++] = v;
+}
+
+/** Sets the SPMD block count: 0 = one block per core of the task's shape (SIMPLER_BLOCK_NUM_ALL),
+ *  n > 0 = n blocks (more than SIMPLER_MAX_BLOCK_NUM fails the submit). A negative n sets
+ *  SIMPLER_BUILD_BAD_BLOCK_NUM. */
+static inline void simpler_builder_set_blocks(simpler_task_builder* b, int64_t n) {
+  if (b->error != 0) return;
+  if (n < 0) {
+    b->error = SIMPLER_BUILD_BAD_BLOCK_NUM;
+    b->requested = n < INT32_MIN ? INT32_MIN : (int32_t)n;
+    return;
+  }
+  if (n == 0) {
+    b->block_num = SIMPLER_BLOCK_NUM_ALL;
+    return;
+  }
+  b->block_num = n > INT32_MAX ? INT32_MAX : (int32_t)n;
 }
 
 /** The kernels of one task: a func_id per lane of a cluster, -1 = lane unused. One lane is an
