@@ -263,8 +263,7 @@ std::string run_dir(const std::string& prefix, int device, int run) {
 
 std::set<Edge> dag_json_edges(const Json& dag) {
   std::set<Edge> out;
-  for (const Json& e : dag["edges"].arr)
-    out.insert({e["from"].integer(), e["to"].integer()});
+  for (const Json& e : dag["edges"].arr) out.insert({e["from"].integer(), e["to"].integer()});
   return out;
 }
 
