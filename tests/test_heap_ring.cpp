@@ -260,6 +260,7 @@ TEST_CASE("random allocations and releases never overlap and stay aligned inside
       }
       // Writing the whole allocation must be safe.
       std::memset(r.base() + a->offset, static_cast<int>(a->seq & 0xFF), bytes);
+      r.set_owner(a->seq, static_cast<std::uint32_t>(a->seq * 7));
       model.push_back(Model{a->seq, a->offset, a->offset + bytes, false});
     } else {
       // Release a random not-yet-released allocation, biased towards the oldest ones.
@@ -276,6 +277,28 @@ TEST_CASE("random allocations and releases never overlap and stay aligned inside
       while (!model.empty() && model.front().released) model.pop_front();
     }
     REQUIRE(r.live_allocations() == model.size());
+    // find() names the allocation holding a range, from anywhere in it, as the model does.
+    if (!model.empty()) {
+      const Model& pick = model[rng() % model.size()];
+      const std::uint64_t at = pick.begin + rng() % (pick.end - pick.begin);
+      std::uint32_t owner = 0;
+      const auto got = r.find(at, 1 + rng() % (pick.end - at), owner);
+      if (pick.released) {
+        REQUIRE(got == HeapRing::Lookup::Released);
+      } else {
+        REQUIRE(got == HeapRing::Lookup::Live);
+        REQUIRE(owner == static_cast<std::uint32_t>(pick.seq * 7));
+      }
+      // A range running past its allocation's end is held by no one allocation.
+      REQUIRE(r.find(at, pick.end - at + 1, owner) == HeapRing::Lookup::None);
+    }
+    {
+      const std::uint64_t at = rng() % kSize;
+      const bool live = std::any_of(model.begin(), model.end(),
+                                    [&](const Model& m) { return at >= m.begin && at < m.end; });
+      std::uint32_t owner = 0;
+      if (!live) REQUIRE(r.find(at, 1, owner) == HeapRing::Lookup::None);
+    }
   }
   CHECK(successes > 1000);
   CHECK(failures > 0);

@@ -185,6 +185,21 @@ class OrchestratorBase {
   void check_targets(detail::Role role, const detail::CallableRegistry::Entry& entry,
                      std::size_t members, std::span<const WorkerId> targets, const char* api) const;
   detail::HeapRing::Allocation heap_alloc(int ring, std::size_t bytes, const char* api);
+  /// A tensor inside a heap ring: takes a reference on the slot owning its allocation (into
+  /// scratch_holds_), so the bytes outlive the task using them even after their scope ended.
+  /// UsageError when no live allocation holds it (its scope ended, or a stray pointer).
+  void hold_heap_owner(const char* api, std::int32_t index, const ContinuousTensor& t) {
+    for (std::size_t k = 0; k < heaps_.size(); ++k) {
+      const auto off = t.data - reinterpret_cast<std::uintptr_t>(heaps_[k].base());
+      if (off < heaps_[k].size()) [[unlikely]] {
+        hold_heap_owner_slow(api, index, t, k, off);
+        return;
+      }
+    }
+  }
+  void hold_heap_owner_slow(const char* api, std::int32_t index, const ContinuousTensor& t,
+                            std::size_t ring, std::uint64_t offset);
+  void release_scratch_holds() noexcept;
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
   void release_ref(detail::Slot& s) noexcept;
@@ -213,6 +228,7 @@ class OrchestratorBase {
   std::array<bool, 2> separate_{};
   std::vector<std::pair<std::uintptr_t, std::uintptr_t>> shared_ranges_;
   detail::SmallVec<TaskSlot, 16> scratch_producers_;
+  detail::SmallVec<TaskSlot, 4> scratch_holds_;  ///< heap owners the current submit holds
   // Tracing and the dependency graph (detail/trace.hpp); off when trace_level_ == 0 and dag_ is
   // null. trace_reads_: the producers and overlapping bytes the current submit's reads found.
   void trace_reads(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot self);

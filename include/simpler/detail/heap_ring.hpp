@@ -74,10 +74,47 @@ class HeapRing {
       }
     }
     const std::uint64_t seq = next_seq_++;
-    records_.push_back(Record{at, at + bytes, false});
+    records_.push_back(Record{at, at + bytes, false, kNoOwner});
     top_ = at + bytes;
     used_.add(bytes);
     return Allocation{at, seq};
+  }
+
+  /// Names the slot that owns allocation `seq` (the orch.alloc buffer's slot, or the task whose
+  /// auto-allocated outputs it holds): what a task using its bytes keeps alive.
+  void set_owner(std::uint64_t seq, std::uint32_t owner) noexcept {
+    records_[static_cast<std::size_t>(seq - oldest_seq())].owner = owner;
+  }
+
+  enum class Lookup { None, Released, Live };
+  /// The live allocation holding bytes [offset, offset + n) of the ring: Live with its owner, or
+  /// Released (its scope ended; it awaits reclaiming), or None (no allocation holds them all).
+  /// O(log live): allocations are laid out in sequence order, wrapping at most once.
+  [[nodiscard]] Lookup find(std::uint64_t offset, std::uint64_t n,
+                            std::uint32_t& owner) const noexcept {
+    const std::size_t live = records_.size();
+    if (live == 0) return Lookup::None;
+    const std::uint64_t first = records_[0].begin;
+    // Order key: allocations before the wrap (begin >= first) come first.
+    const auto key = [first](std::uint64_t begin) {
+      return std::pair<bool, std::uint64_t>{begin < first, begin};
+    };
+    const auto want = key(offset);
+    std::size_t lo = 0, hi = live;  // first record whose key is > want
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (key(records_[mid].begin) <= want) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo == 0) return Lookup::None;
+    const Record& r = records_[lo - 1];
+    if (offset < r.begin || offset + n > r.end) return Lookup::None;
+    if (r.released) return Lookup::Released;
+    owner = r.owner;
+    return Lookup::Live;
   }
 
   /// Marks allocation `seq` released and reclaims every released allocation at the FIFO head.
@@ -91,10 +128,12 @@ class HeapRing {
   }
 
  private:
+  static constexpr std::uint32_t kNoOwner = ~std::uint32_t{0};
   struct Record {
     std::uint64_t begin;
     std::uint64_t end;
     bool released;
+    std::uint32_t owner;  ///< slot id (set_owner)
   };
   std::byte* base_ = nullptr;
   std::size_t size_ = 0;

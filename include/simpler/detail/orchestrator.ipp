@@ -337,8 +337,17 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   const bool custom_config = &config != &default_call_config();
   if (custom_config) config.validate();
 
-  // Auto-allocated outputs, and the tensors that may not appear in this task.
+  // Auto-allocated outputs, and the tensors that may not appear in this task. Tensors in heap
+  // rings hold their allocation's owner (released on a throw until the slot takes them over).
   std::size_t auto_bytes = 0;
+  scratch_holds_.clear();
+  struct Holds {
+    OrchestratorBase& o;
+    bool armed = true;
+    ~Holds() {
+      if (armed) o.release_scratch_holds();
+    }
+  } holds{*this};
   for (std::size_t m = 0; m < members.size(); ++m) {
     const TaskArgs& a = members[m];
     const WorkerId target = targets.empty() ? any_worker : targets[m];
@@ -351,6 +360,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
             api, i));
       }
       check_tensor(api, role, i, t, a.tag(i));
+      if (t.data != 0 && t.child_memory == 0) hold_heap_owner(api, i, t);
       if (a.tag(i) == TensorArgType::Output && t.data == 0) {
         auto_bytes += detail::HeapRing::round_up(t.nbytes());
       }
@@ -403,6 +413,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   if (heap) {
     s.heap_ring = ring;
     s.heap_seq = heap->seq;
+    heaps_[ring].set_owner(heap->seq, s.id);
     std::byte* p = heaps_[ring].base() + heap->offset;
     std::size_t k = 0;
     for (std::size_t m = 0; m < members.size(); ++m) {
@@ -459,6 +470,9 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     }
   }
   infer_and_wire(s);
+  // The heap owners' references go with the producers': the task drops them when it ends.
+  for (TaskSlot h : scratch_holds_) s.producers.push_back(h);
+  holds.armed = false;
   if (traced) [[unlikely]]
     trace_submitted(s, entry, members);
   publish(s);
@@ -696,6 +710,7 @@ inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> s
     throw;
   }
   Slot& s = *sp;
+  heaps_[ring].set_owner(a.seq, s.id);
   t.data = reinterpret_cast<std::uintptr_t>(heaps_[ring].base() + a.offset);
   s.run_id = core_.run.id();
   s.trace_id = 0;  // not a task: no node, and no edge from it
@@ -742,6 +757,47 @@ inline void OrchestratorBase::scope_end() {
   for (TaskSlot id : frame) release_ref(core_.pool.at(id));
   frame.clear();
   drain_retired();
+}
+
+inline void OrchestratorBase::hold_heap_owner_slow(const char* api, std::int32_t index,
+                                                   const ContinuousTensor& t, std::size_t ring,
+                                                   std::uint64_t offset) {
+  std::uint32_t owner = 0;
+  auto found = heaps_[ring].find(offset, t.nbytes(), owner);
+  if (found == detail::HeapRing::Lookup::Live) {
+    for (TaskSlot h : scratch_holds_) {
+      if (h == owner) return;  // already held for this task
+    }
+    Slot& o = core_.pool.at(owner);
+    // Like a producer's reference: only while the owner still has one (its scope is open or a
+    // task holds it); at 0 its bytes are about to be reclaimed.
+    std::int32_t r = o.refs.load(std::memory_order_acquire);
+    while (r > 0) {
+      if (o.refs.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+        scratch_holds_.push_back(owner);
+        return;
+      }
+    }
+    found = detail::HeapRing::Lookup::Released;
+  }
+  if (found == detail::HeapRing::Lookup::Released) {
+    throw UsageError(fmt::format(
+        "Orchestrator::{}: tensor {} ({:#x}, {} bytes) is a heap buffer whose scope has ended "
+        "(its bytes are being reclaimed); use a buffer from orch.alloc or an auto-allocated "
+        "output only inside the scope that made it, or make it in an outer scope",
+        api, index, t.data, t.nbytes()));
+  }
+  throw UsageError(fmt::format(
+      "Orchestrator::{}: tensor {} ({:#x}, {} bytes) lies in heap ring {} but not within one live "
+      "allocation; pass a buffer orch.alloc returned (or an auto-allocated output), whole or a "
+      "part of it",
+      api, index, t.data, t.nbytes(), ring));
+}
+
+inline void OrchestratorBase::release_scratch_holds() noexcept {
+  for (TaskSlot h : scratch_holds_) release_ref(core_.pool.at(h));
+  scratch_holds_.clear();
 }
 
 inline void OrchestratorBase::release_ref(Slot& s) noexcept {

@@ -91,7 +91,7 @@ struct Slot {
 
   // ---- Orchestrator-private bookkeeping.
   SmallVec<Edge, 2> edges;           // this task's edges as a consumer
-  SmallVec<TaskSlot, 2> producers;   // producers it holds a reference on
+  SmallVec<TaskSlot, 2> producers;   // producers and heap owners it holds a reference on
   SmallVec<OutputRange, 2> outputs;  // TensorMap entries to erase at retire
   std::int32_t heap_ring = -1;       // heap ring holding its auto-allocated bytes, or -1
   std::uint64_t heap_seq = 0;        // allocation record in that ring
