@@ -109,6 +109,8 @@ struct TaskParts {
   CallConfig config{};
   std::vector<ContinuousTensor> tensors;
   std::vector<std::uint64_t> scalars;
+  std::uint8_t trace_level = 0;
+  std::uint32_t trace_limit = 0;
 };
 
 Bytes encode_parts(const TaskParts& p) {
@@ -116,7 +118,7 @@ Bytes encode_parts(const TaskParts& p) {
                                 static_cast<std::int32_t>(p.scalars.size()), p.tensors.data(),
                                 p.scalars.data()};
   Bytes out;
-  wire::encode_task(p.digest, p.config, v, out);
+  wire::encode_task(p.digest, p.config, v, out, p.trace_level, p.trace_limit);
   return out;
 }
 
@@ -174,7 +176,8 @@ std::pair<Bytes, std::size_t> one_tensor_task(std::uint32_t ndims) {
   for (std::uint32_t d = 0; d < ndims; ++d) t.shapes[d] = d + 2;
   p.tensors.push_back(t);
   Bytes b = encode_parts(p);
-  const std::size_t tensor_at = b.size() - 4 - (8 + 4 + 4 * std::size_t{ndims});
+  // The tensor is followed by scalar_count (4 bytes) and trace_level (1).
+  const std::size_t tensor_at = b.size() - 1 - 4 - (8 + 4 + 4 * std::size_t{ndims});
   return {std::move(b), tensor_at};
 }
 
@@ -207,7 +210,7 @@ TEST_CASE("a frame header encodes every field little-endian at its offset",
   const Bytes b = header_bytes(h);
   const std::array<std::uint8_t, wire::kHeaderBytes> expected = {
       'S',  'P',  'M',  'R',                           // magic
-      0x01, 0x00,                                      // version
+      0x02, 0x00,                                      // version
       0x06,                                            // type
       0x00,                                            // flags
       0xEF, 0xCD, 0xAB, 0x89, 0x67, 0x45, 0x23, 0x01,  // session
@@ -264,8 +267,10 @@ TEST_CASE("a frame header with a bad magic, version, type, flag or reserved fiel
   };
   CHECK_THROWS_MATCHES(wire::decode_header(patched(0, 'X')), ProtocolError, WhatContains("magic"));
   CHECK_THROWS_MATCHES(wire::decode_header(patched(3, 0)), ProtocolError, WhatContains("magic"));
-  CHECK_THROWS_MATCHES(wire::decode_header(patched(4, 2)), ProtocolError,
-                       WhatContains("version is 2"));
+  CHECK_THROWS_MATCHES(wire::decode_header(patched(4, 1)), ProtocolError,
+                       WhatContains("version is 1"));  // the version before traced frames
+  CHECK_THROWS_MATCHES(wire::decode_header(patched(4, 3)), ProtocolError,
+                       WhatContains("version is 3"));
   CHECK_THROWS_MATCHES(wire::decode_header(patched(5, 1)), ProtocolError, WhatContains("version"));
   CHECK_THROWS_MATCHES(wire::decode_header(patched(6, 0)), ProtocolError,
                        WhatContains("type is 0"));
@@ -530,6 +535,81 @@ TEST_CASE("a COMPLETION round-trips ok and failed", "[remote][remote-wire]") {
   }
 }
 
+TEST_CASE("a traced TASK carries its level and trace limit; an untraced one neither",
+          "[remote][remote-wire][trace]") {
+  TaskParts p;
+  p.scalars = {3};
+  const Bytes plain = encode_parts(p);
+  const wire::Task a = wire::decode_task(plain);
+  CHECK(a.trace_level == 0);
+  CHECK(a.trace_limit == 0);
+  for (std::uint8_t level = 1; level <= wire::kMaxTraceLevel; ++level) {
+    INFO("level " << int{level});
+    p.trace_level = level;
+    p.trace_limit = 65536U * level;
+    const Bytes traced = encode_parts(p);
+    CHECK(traced.size() == plain.size() + 4);  // the limit follows the level byte
+    const wire::Task t = wire::decode_task(traced);
+    CHECK(t.trace_level == level);
+    CHECK(t.trace_limit == 65536U * level);
+    CHECK(t.scalars == p.scalars);
+  }
+  SECTION("a level over 4 is refused naming the field") {
+    p.trace_level = wire::kMaxTraceLevel + 1;
+    p.trace_limit = 1;
+    CHECK_THROWS_MATCHES(wire::decode_task(encode_parts(p)), ProtocolError,
+                         WhatContains("trace_level") && WhatContains("outside 0..4"));
+  }
+}
+
+TEST_CASE("a traced COMPLETION round-trips its times, losses and records",
+          "[remote][remote-wire][trace]") {
+  wire::Completion m;
+  m.answers = 9;
+  m.traced = true;
+  m.trace.rx_ns = -5'000;  // a remote clock may be anywhere
+  m.trace.begin_ns = -4'000;
+  m.trace.end_ns = 70'000;
+  m.trace.tx_ns = 70'001;
+  m.trace.lost = 12;
+  m.trace.records = pattern(300, 4);
+  const Bytes b = encoded(m);
+  CHECK(b.size() == wire::kCompletionTraceHeadBytes + 300);
+  const wire::Completion d = wire::decode_completion(b);
+  CHECK(d.traced);
+  CHECK(d.trace.rx_ns == -5'000);
+  CHECK(d.trace.begin_ns == -4'000);
+  CHECK(d.trace.end_ns == 70'000);
+  CHECK(d.trace.tx_ns == 70'001);
+  CHECK(d.trace.lost == 12);
+  CHECK(d.trace.records == m.trace.records);
+  CHECK(encoded(d) == b);
+
+  SECTION("times out of order are refused naming them") {
+    for (int which = 0; which < 3; ++which) {
+      INFO("pair " << which);
+      wire::Completion bad = m;
+      if (which == 0) bad.trace.begin_ns = bad.trace.rx_ns - 1;
+      if (which == 1) bad.trace.end_ns = bad.trace.begin_ns - 1;
+      if (which == 2) bad.trace.tx_ns = bad.trace.end_ns - 1;
+      CHECK_THROWS_MATCHES(wire::decode_completion(encoded(bad)), ProtocolError,
+                           WhatContains("COMPLETION") && WhatContains("out of order"));
+    }
+  }
+  SECTION("a traced flag other than 0 or 1 is refused") {
+    Bytes bad = encoded(wire::Completion{});
+    bad.back() = std::byte{2};
+    CHECK_THROWS_MATCHES(wire::decode_completion(bad), ProtocolError,
+                         WhatContains("traced") && WhatContains("0 or 1"));
+  }
+  SECTION("records longer than what is left are refused as truncated") {
+    Bytes bad = b;
+    bad.resize(bad.size() - 1);
+    CHECK_THROWS_MATCHES(wire::decode_completion(bad), ProtocolError,
+                         WhatContains("trace.records") && WhatContains("truncated"));
+  }
+}
+
 TEST_CASE("an error message longer than the limit is cut to it by the encoder",
           "[remote][remote-wire]") {
   wire::Completion m;
@@ -683,6 +763,9 @@ TEST_CASE("every truncation of a valid payload is refused, and so is a trailing 
                  remote_tensor(2, 0, {8}, DataType::Int8)};
     p.scalars = {5, 6};
     frames.emplace_back(FrameType::Task, encode_parts(p));
+    p.trace_level = 3;
+    p.trace_limit = 1U << 20;
+    frames.emplace_back(FrameType::Task, encode_parts(p));
   }
   {
     wire::Completion m;
@@ -691,6 +774,9 @@ TEST_CASE("every truncation of a valid payload is refused, and so is a trailing 
     m.message = "late";
     frames.emplace_back(FrameType::Completion, encoded(m));
     frames.emplace_back(FrameType::Completion, encoded(wire::Completion{}));
+    m.traced = true;
+    m.trace = {1, 2, 3, 4, 5, pattern(40, 1)};
+    frames.emplace_back(FrameType::Completion, encoded(m));
   }
   frames.emplace_back(FrameType::Control, encoded(wire::Control{}));
   frames.emplace_back(FrameType::Control, encoded(wire::Control{ControlOp::Alloc, 64, 9, 0}));
@@ -759,7 +845,7 @@ TEST_CASE("counts over their limit or whose items cannot fit are refused",
           "[remote][remote-wire]") {
   SECTION("TASK tensor_count") {
     const Bytes b = encode_parts(TaskParts{});
-    const std::size_t at = b.size() - 8;  // tensor_count, then scalar_count
+    const std::size_t at = b.size() - 9;  // tensor_count, then scalar_count and trace_level
     Bytes over = b;
     put_le(over, at, wire::kMaxTensors + 1, 4);
     CHECK_THROWS_MATCHES(wire::decode_task(over), ProtocolError,
@@ -767,20 +853,20 @@ TEST_CASE("counts over their limit or whose items cannot fit are refused",
     put_le(over, at, 0xFFFF'FFFF, 4);
     CHECK_THROWS_MATCHES(wire::decode_task(over), ProtocolError, WhatContains("over the limit"));
     Bytes unfit = b;
-    put_le(unfit, at, 1, 4);  // one tensor needs 16 bytes; only the 4-byte scalar_count is left
+    put_le(unfit, at, 1, 4);  // one tensor needs 16 bytes; only scalar_count and trace_level follow
     CHECK_THROWS_MATCHES(wire::decode_task(unfit), ProtocolError,
-                         WhatContains("tensor_count: count 1 needs at least 16 bytes, 4 left"));
+                         WhatContains("tensor_count: count 1 needs at least 16 bytes, 5 left"));
   }
   SECTION("TASK scalar_count") {
     const Bytes b = encode_parts(TaskParts{});
     Bytes over = b;
-    put_le(over, b.size() - 4, wire::kMaxScalars + 1, 4);
+    put_le(over, b.size() - 5, wire::kMaxScalars + 1, 4);  // before trace_level
     CHECK_THROWS_MATCHES(wire::decode_task(over), ProtocolError,
                          WhatContains("scalar_count: count 4097 is over the limit"));
     Bytes unfit = with_tail(b, {1, 2, 3, 4, 5, 6, 7, 8});
-    put_le(unfit, b.size() - 4, 2, 4);
+    put_le(unfit, b.size() - 5, 2, 4);
     CHECK_THROWS_MATCHES(wire::decode_task(unfit), ProtocolError,
-                         WhatContains("scalar_count: count 2 needs at least 16 bytes, 8 left"));
+                         WhatContains("scalar_count: count 2 needs at least 16 bytes, 9 left"));
   }
   SECTION("TASK at the limits decodes") {
     TaskParts p;
@@ -826,7 +912,7 @@ TEST_CASE("strings over their limit are refused before they are read", "[remote]
                          WhatContains("message: string of 16385 bytes, over the limit of 16384"));
     put_le(b, at, 0xFFFF'FFFF, 4);
     CHECK_THROWS_MATCHES(wire::decode_completion(b), ProtocolError, WhatContains("over the limit"));
-    put_le(b, at, 2, 4);  // within the limit, but only one byte follows
+    put_le(b, at, 3, 4);  // within the limit, but only two bytes follow ("x" and traced)
     CHECK_THROWS_MATCHES(wire::decode_completion(b), ProtocolError,
                          WhatContains("message: truncated"));
   }
@@ -1240,6 +1326,9 @@ TEST_CASE("the fuzz_remote_frame seed sessions decode frame by frame with today'
   CHECK(frames_that_decode("task_busy") == 1);
   CHECK(frames_that_decode("hello_failed") == 2);
   CHECK(frames_that_decode("sequence_wraps") == 3);
+  CHECK(frames_that_decode("task_traced") == 1);
+  CHECK(frames_that_decode("completion_traced") == 1);
+  CHECK(frames_that_decode("completion_trace_out_of_order") == 0);
   // The seeds meant to be refused are refused where they should be.
   CHECK(frames_that_decode("alloc_ids") == 1);
   CHECK(frames_that_decode("alloc_id_past_24_bits") == 0);

@@ -420,7 +420,9 @@ class BasicWorker {
   }
   /// run_registered() for a traced task of the parent: this run is traced at the parent's level
   /// and its trace is appended, serialized, to `trace.nested` (even when the run fails).
-  void run_traced(const detail::OrchFn& orch, TaskArgsView args, const CallConfig& config,
+  /// (A remote L3 runs its parent's traced TASKs with its own OrchFunction the same way.)
+  template <class F>
+  void run_traced(const F& orch, TaskArgsView args, const CallConfig& config,
                   detail::TraceReply& trace) {
     run_impl(orch, args, config, &trace);
   }

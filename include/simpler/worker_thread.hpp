@@ -156,6 +156,8 @@ class WorkerThread : public detail::LaneCore {
         std::max<std::uint32_t>(1, std::min<std::uint32_t>(endpoint_.window(), kDepth));
     std::array<bool, kDepth> in_flight{};
     std::array<LeafRequest, kDepth> requests{};
+    std::array<std::int64_t, kDepth> trace_t0{};  // a traced task: when it was handed over
+    std::array<detail::TraceReply, kDepth> trace_replies{};  // and what its endpoint said of it
     for (;;) {
       if (sent == taken) {
         auto wait = std::chrono::milliseconds(1000);
@@ -183,12 +185,20 @@ class WorkerThread : public detail::LaneCore {
         } else {
           LeafRequest& r = requests[sent % kDepth];
           build_request(s, p.member, r);
+          const std::int32_t traced = core_.trace_level.load(std::memory_order_relaxed);
+          if (traced != 0) [[unlikely]] {
+            trace_replies[sent % kDepth].reset(traced);
+            r.trace = &trace_replies[sent % kDepth];
+            trace_t0[sent % kDepth] = detail::trace_now();
+          }
           Outcome refused = Outcome::EndpointFailure;
           if (endpoint_.send(r, refused, out.fault)) {
             in_flight[sent % kDepth] = true;
           } else {
             out.outcome = refused;
             name_callable(r, out);
+            if (r.trace != nullptr) [[unlikely]]
+              trace_ran(s, p.member, trace_t0[sent % kDepth], out.outcome, *r.trace);
           }
         }
         ++sent;
@@ -199,6 +209,10 @@ class WorkerThread : public detail::LaneCore {
       if (in_flight[taken % kDepth]) {
         const LeafRequest& r = requests[taken % kDepth];
         out.outcome = endpoint_.receive(out.fault);
+        if (r.trace != nullptr) [[unlikely]] {
+          trace_ran(s, ring[taken % kDepth].member, trace_t0[taken % kDepth], out.outcome,
+                    *r.trace);
+        }
         finish_outcome(r, out);
       }
       stat_lane.count(out.outcome);
@@ -316,35 +330,36 @@ class WorkerThread : public detail::LaneCore {
       }
     }
     if (traced != 0) [[unlikely]]
-      trace_ran(s, member, t0, out.outcome);
+      trace_ran(s, member, t0, out.outcome, trace.reply);
     finish_outcome(r, out);
     return true;
   }
 
   /// Records that this lane ran a task (the child's own times when its transport reported
   /// them) and keeps the trace its leaf returned.
-  void trace_ran(const detail::Slot& s, std::uint32_t member, std::int64_t t0, Outcome o) noexcept {
+  void trace_ran(const detail::Slot& s, std::uint32_t member, std::int64_t t0, Outcome o,
+                 detail::TraceReply& reply) noexcept {
     detail::TraceEvent e;
     e.kind = detail::TraceKind::Run;
     e.t0 = t0;
     e.t1 = detail::trace_now();
-    if (trace.reply.begin_ns != 0 && trace.reply.end_ns >= trace.reply.begin_ns) {
-      e.t0 = trace.reply.begin_ns;
-      e.t1 = trace.reply.end_ns;
+    if (reply.begin_ns != 0 && reply.end_ns >= reply.begin_ns) {
+      e.t0 = reply.begin_ns;
+      e.t1 = reply.end_ns;
     }
     e.task = s.trace_id;
     e.arg = member;
     e.outcome = static_cast<std::uint8_t>(o);
     e.track = trace_track;
     trace.buffer->record(e);
-    trace.nested_dropped += trace.reply.nested_dropped;
-    if (!trace.reply.nested.empty()) {
+    trace.nested_dropped += reply.nested_dropped;
+    if (!reply.nested.empty()) {
       try {
-        trace.nested.push_back(std::move(trace.reply.nested));
+        trace.nested.push_back(std::move(reply.nested));
       } catch (...) {
         ++trace.nested_dropped;  // out of memory: the nested trace is lost, and counted
       }
-      trace.reply.nested.clear();
+      reply.nested.clear();
     }
   }
   void trace_event(detail::TraceKind kind, const detail::Slot& s, std::uint32_t arg,

@@ -101,7 +101,7 @@ bool decode_typed(wire::FrameType t, std::span<const std::byte> p) {
                                       static_cast<std::int32_t>(m.scalars.size()), m.tensors.data(),
                                       m.scalars.data()};
         std::vector<std::byte> out;
-        wire::encode_task(m.digest, m.config, v, out);
+        wire::encode_task(m.digest, m.config, v, out, m.trace_level, m.trace_limit);
         same_bytes(out, p, "TASK does not re-encode to the same bytes");
         return true;
       }

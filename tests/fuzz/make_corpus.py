@@ -156,7 +156,7 @@ def device():
 #      docs/remote.md "Wire protocol"). All integers little-endian. The first header fixes the
 #      link's session, worker and first sequence number; each later frame carries the next one.
 
-MAGIC, VERSION = 0x524D5053, 1
+MAGIC, VERSION = 0x524D5053, 2
 (AUTH_BEGIN, AUTH_CHALLENGE, AUTH_PROOF, HELLO, TASK, COMPLETION, CONTROL, CONTROL_REPLY,
  HEARTBEAT, SHUTDOWN) = range(1, 11)
 ALLOC, FREE, COPY_TO, COPY_FROM, PING = range(1, 6)
@@ -208,18 +208,24 @@ def remote_tensor(buffer_id, offset, shape, dtype, child=1, ndims=None):
             struct.pack("<%dI" % len(shape), *shape))
 
 
-def task(digest, config, tensors, scalars):
-    return (struct.pack("<Q", digest) + config + struct.pack("<I", len(tensors)) +
-            b"".join(tensors) + struct.pack("<I", len(scalars)) +
-            b"".join(struct.pack("<Q", v) for v in scalars))
+def task(digest, config, tensors, scalars, trace_level=0, trace_limit=0):
+    out = (struct.pack("<Q", digest) + config + struct.pack("<I", len(tensors)) +
+           b"".join(tensors) + struct.pack("<I", len(scalars)) +
+           b"".join(struct.pack("<Q", v) for v in scalars) + struct.pack("<B", trace_level))
+    return out + (struct.pack("<I", trace_limit) if trace_level else b"")
 
 
 def status(st, kind, code, message):
     return struct.pack("<BBi", st, kind, code) + wstr(message)
 
 
-def completion(answers, st=OK, kind=0, code=0, message=b""):
-    return struct.pack("<Q", answers) + status(st, kind, code, message)
+def completion(answers, st=OK, kind=0, code=0, message=b"", trace=None):
+    """trace: (rx, begin, end, tx, lost, records) of a traced TASK's answer, or None."""
+    out = struct.pack("<Q", answers) + status(st, kind, code, message)
+    if trace is None:
+        return out + b"\x00"
+    rx, begin, end, tx, lost, records = trace
+    return out + struct.pack("<BqqqqQI", 1, rx, begin, end, tx, lost, len(records)) + records
 
 
 def control(op, a=0, b=0, n=0, data=b""):
@@ -292,6 +298,12 @@ def remote_frame():
         (CONTROL, control(ALLOC, 64, 0)),
     ]))
     w("alloc_id_past_24_bits", frames(s, wk, 0, [(CONTROL, control(ALLOC, 64, 1 << 24))]))
+    w("task_traced", frames(s, wk, 0, [(TASK, task(7, remote_config(), [], [1], 2, 1 << 24))]))
+    # A traced COMPLETION; its records are opaque to the frame codec (a trace_wire blob).
+    w("completion_traced", frames(s, wk, 0, [(COMPLETION, completion(
+        1, trace=(1000, 1200, 5200, 5300, 2, struct.pack("<II", 0x53545231, 0))))]))
+    w("completion_trace_out_of_order", frames(s, wk, 0, [(COMPLETION, completion(
+        1, trace=(1000, 900, 5200, 5300, 0, b"")))]))
     w("completion_long_message", frames(s, wk, 0, [(COMPLETION, completion(
         1, FAILED, KIND_REMOTE, 5, b"m" * 16384))]))
 

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
             });
             serve_conformance(rs);
             serve_cluster(rs, s);
+            serve_trace(rs);
           },
           inner_options());
     }

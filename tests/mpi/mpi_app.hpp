@@ -54,5 +54,6 @@ inline std::int64_t read_word(Worker& w, const RemoteBuffer& b) {
 // What each test file serves (called on every serving rank, before its inner Worker's init()).
 void serve_conformance(RemoteSession& rs);                        // test_mpi_conformance.cpp
 void serve_cluster(RemoteSession& rs, simpler::mpi::Session& s);  // test_mpi_cluster.cpp
+void serve_trace(RemoteSession& rs);                              // test_mpi_trace.cpp
 
 }  // namespace simpler::testing::mpi_app

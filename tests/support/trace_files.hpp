@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -177,6 +178,52 @@ struct TraceIndex {
 };
 
 /// The edges of a dag.json file, as (from, to, bytes).
+/// A stretch of a trace, in its microseconds.
+struct Span {
+  double begin = 0;
+  double end = 0;
+};
+/// `inner` lies within `outer`, give or take `slack_us` at either end.
+inline bool inside(const Span& inner, const Span& outer, double slack_us) {
+  return inner.begin >= outer.begin - slack_us && inner.end <= outer.end + slack_us;
+}
+/// The task slices of process `pid` in run `run`.
+inline std::vector<Span> task_spans(const TraceIndex& t, int pid, long long run) {
+  std::vector<Span> out;
+  for (const auto& k : t.tasks_of(pid, run)) {
+    const auto& s = t.tasks.at(k).front();
+    out.push_back({s.ts, s.ts + s.dur});
+  }
+  return out;
+}
+/// From the first start to the last end of the task slices of `pid`'s run `run`.
+inline Span run_span(const TraceIndex& t, int pid, long long run) {
+  const auto spans = task_spans(t, pid, run);
+  if (spans.empty()) return {};
+  Span all = spans.front();
+  for (const Span& s : spans) {
+    all.begin = std::min(all.begin, s.begin);
+    all.end = std::max(all.end, s.end);
+  }
+  return all;
+}
+/// The runs process `pid` has tasks in (a nested or remote Worker: one per parent task).
+inline std::set<long long> runs_of(const TraceIndex& t, int pid) {
+  std::set<long long> out;
+  for (const auto& k : t.tasks_of(pid)) out.insert(std::get<1>(k));
+  return out;
+}
+/// The kernel slices of (chip) process `pid`.
+inline std::vector<Span> kernel_spans(const TraceIndex& t, int pid) {
+  std::vector<Span> out;
+  for (const Json& e : t.others) {
+    if (e["ph"].str == "X" && e["cat"].str == "kernel" && e["pid"].integer() == pid) {
+      out.push_back({e["ts"].num, e["ts"].num + e["dur"].num});
+    }
+  }
+  return out;
+}
+
 inline std::set<std::tuple<long long, long long, long long>> dag_json_edges(const Json& dag) {
   std::set<std::tuple<long long, long long, long long>> out;
   for (const Json& e : dag["edges"].arr) {

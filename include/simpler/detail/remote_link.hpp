@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "simpler/detail/remote_info.hpp"
+#include "simpler/detail/remote_trace.hpp"
 #include "simpler/error.hpp"
 #include "simpler/leaf/leaf.hpp"
 #include "simpler/remote/auth.hpp"
@@ -204,8 +205,11 @@ class RemoteLink {
     try {
       if (!remote_tensors_only(r, where_, fault)) return false;
       const std::size_t mark = wbuf_.size();
-      queue_frame(wire::FrameType::Task,
-                  [&](auto& out) { wire::encode_task(r.digest, *r.config, r.args, out); });
+      // A traced task asks for the remote's trace, as much as a COMPLETION this side reads.
+      const auto level = static_cast<std::uint8_t>(r.trace != nullptr ? r.trace->level : 0);
+      queue_frame(wire::FrameType::Task, [&](auto& out) {
+        wire::encode_task(r.digest, *r.config, r.args, out, level, spec_.max_payload);
+      });
       if (wbuf_.size() - mark - wire::kHeaderBytes > info_.max_payload) {
         wbuf_.resize(mark);
         --tx_seq_;
@@ -214,7 +218,9 @@ class RemoteLink {
                               wbuf_.size() - mark, info_.max_payload, where_));
         return false;
       }
-      inflight_.push_back(InFlight{tx_seq_, r.deadline, r.deadline_ms});
+      inflight_.push_back(
+          InFlight{tx_seq_, r.deadline, r.deadline_ms, level != 0 ? r.trace : nullptr});
+      trace_unsent_ = trace_unsent_ || level != 0;
       return true;
     } catch (...) {
       fault_from_current_exception(fault);
@@ -232,13 +238,15 @@ class RemoteLink {
       fault.set(ErrorKind::Error, 0, "RemoteLink::receive: no task in flight");
       return Outcome::EndpointFailure;
     }
-    const InFlight task = inflight_.front();
+    InFlight task = inflight_.front();
     inflight_.pop_front();
     if (broken_.load(std::memory_order_acquire)) {
       fault.set(ErrorKind::Transport, 0, death_message());
       return Outcome::EndpointFailure;
     }
     try {
+      if (trace_unsent_) [[unlikely]]
+        stamp_traced_sends(task);
       flush(SteadyClock::now() + spec_.heartbeat_timeout);
       for (;;) {
         const auto now = SteadyClock::now();
@@ -256,12 +264,14 @@ class RemoteLink {
         if (!try_next_frame(until, f)) continue;
         if (f.h.type == wire::FrameType::Heartbeat) continue;
         expect_type(f, wire::FrameType::Completion, "a task");
-        const auto c = wire::decode_completion(f.payload);
+        auto c = wire::decode_completion(f.payload);
         if (c.answers != task.sequence) {
           throw ProtocolError(
               fmt::format("COMPLETION answers sequence {}, the oldest TASK in flight is {}",
                           c.answers, task.sequence));
         }
+        if (task.trace != nullptr && c.traced) [[unlikely]]
+          take_remote_trace(clock_, task.sent_ns, trace_now(), c.trace, *task.trace);
         if (c.status == wire::Status::Ok) return Outcome::Success;
         fault.set(c.kind, c.code, fmt::format("on remote worker {}: {}", where_, c.message));
         return Outcome::TaskFailure;
@@ -417,7 +427,20 @@ class RemoteLink {
     std::uint64_t sequence;
     SteadyClock::time_point deadline;
     std::uint32_t deadline_ms;
+    TraceReply* trace = nullptr;  ///< a traced task: where its remote trace goes
+    std::int64_t sent_ns = 0;     ///< a traced task: when its TASK went out (trace_now)
   };
+
+  /// Before a flush: the traced TASKs about to go out (`popped` and those still in flight) are
+  /// stamped with the time they leave (the start of their clock-sync exchange).
+  void stamp_traced_sends(InFlight& popped) noexcept {
+    const std::int64_t now = trace_now();
+    if (popped.trace != nullptr && popped.sent_ns == 0) popped.sent_ns = now;
+    for (InFlight& f : inflight_) {
+      if (f.trace != nullptr && f.sent_ns == 0) f.sent_ns = now;
+    }
+    trace_unsent_ = false;
+  }
   struct Frame {
     wire::FrameHeader h;
     std::span<const std::byte> payload;
@@ -734,6 +757,8 @@ class RemoteLink {
   std::vector<std::byte> rbuf_;
   std::size_t rpos_ = 0, rend_ = 0;
   std::deque<InFlight> inflight_;
+  bool trace_unsent_ = false;  ///< a traced TASK is queued but not yet stamped
+  ClockSync clock_;            ///< the remote's clock against this one (traced tasks)
   LiveBuffers live_;
   bool connected_ = false;
   std::atomic<bool> broken_{false};

@@ -88,6 +88,7 @@ class RemoteServer::Session {
   struct Job {
     std::uint64_t sequence;
     wire::Task task;
+    std::int64_t rx_ns = 0;  ///< a traced TASK: when it arrived (served_trace_now)
   };
   struct Out {
     std::vector<std::byte> bytes;
@@ -244,6 +245,8 @@ class RemoteServer::Session {
         return;
       case wire::FrameType::Task: {
         Job job{h.sequence, wire::decode_task(payload)};
+        if (job.task.trace_level != 0) [[unlikely]]
+          job.rx_ns = detail::served_trace_now();
         {
           std::lock_guard lk(jobs_mu_);
           jobs_.push_back(std::move(job));
@@ -425,7 +428,9 @@ class RemoteServer::Session {
         batch.clear();
         detail::asio::post(io_, [this, done] {
           if (ended_) return;
-          for (const auto& c : *done) {
+          for (auto& c : *done) {
+            if (c.traced) [[unlikely]]
+              c.trace.tx_ns = detail::served_trace_now();
             queue(
                 wire::FrameType::Completion, [&](auto& out) { wire::encode(c, out); }, {},
                 /*start=*/false);
@@ -439,7 +444,8 @@ class RemoteServer::Session {
   }
 
   wire::Completion execute(Job& job) {
-    return detail::run_served_task(*inner_, served_, pool_, job.sequence, job.task, where_);
+    return detail::run_served_task(*inner_, served_, pool_, job.sequence, job.task, where_,
+                                   job.rx_ns);
   }
 
   /// After the I/O loop ended: stop the executor (bounded), close the inner Worker.

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "simpler/detail/buffer_pool.hpp"
+#include "simpler/detail/remote_trace.hpp"
 #include "simpler/error.hpp"
 #include "simpler/remote/wire.hpp"
 #include "simpler/worker.hpp"
@@ -34,14 +35,23 @@ inline std::vector<wire::ServedCallable> served_list(const ServedOrchs& served) 
   return out;
 }
 
-/// Runs `task` (the TASK numbered `sequence`) on `inner`. Never throws: a failure is the
-/// completion's status, its message naming the callable and `where` ("the remote L3 Worker
-/// (pid 42)").
+/// Runs `task` (the TASK numbered `sequence`, received at `rx_ns` of served_trace_now) on
+/// `inner`. Never throws: a failure is the completion's status, its message naming the callable
+/// and `where` ("the remote L3 Worker (pid 42)"). A traced TASK runs as a traced nested run and
+/// its completion carries the trace section (its tx_ns is set by the caller as it sends).
 inline wire::Completion run_served_task(Worker& inner, const ServedOrchs& served,
                                         const BufferPool& pool, std::uint64_t sequence,
-                                        wire::Task& task, std::string_view where) noexcept {
+                                        wire::Task& task, std::string_view where,
+                                        std::int64_t rx_ns = 0) noexcept {
   wire::Completion c;
   c.answers = sequence;
+  TraceReply reply;
+  if (task.trace_level != 0) [[unlikely]] {
+    c.traced = true;
+    c.trace.begin_ns = served_trace_now();
+    c.trace.rx_ns = rx_ns != 0 ? std::min(rx_ns, c.trace.begin_ns) : c.trace.begin_ns;
+    reply.reset(task.trace_level);
+  }
   try {
     std::string name = fmt::format("{:#018x}", task.digest);
     try {
@@ -72,7 +82,11 @@ inline wire::Completion run_served_task(Worker& inner, const ServedOrchs& served
       v.scalar_count = static_cast<std::int32_t>(task.scalars.size());
       v.tensors = task.tensors.data();
       v.scalars = task.scalars.data();
-      inner.run_view(it->second.fn, v, task.config);
+      if (c.traced) [[unlikely]] {
+        inner.run_traced(it->second.fn, v, task.config, reply);
+      } else {
+        inner.run_view(it->second.fn, v, task.config);
+      }
     } catch (...) {
       Fault f;
       fault_from_current_exception(f);
@@ -87,6 +101,14 @@ inline wire::Completion run_served_task(Worker& inner, const ServedOrchs& served
     c.status = wire::Status::Failed;
     c.kind = ErrorKind::Error;
     c.message.clear();
+  }
+  if (c.traced) [[unlikely]] {
+    c.trace.end_ns = served_trace_now();
+    try {
+      put_served_trace(task, reply, c);
+    } catch (...) {
+      ++c.trace.lost;  // out of memory: the records are lost, and counted
+    }
   }
   return c;
 }

@@ -17,6 +17,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -162,6 +163,42 @@ struct TraceProcess {
 void serialize_trace(const std::vector<TraceProcess>& in, std::vector<std::byte>& out);
 /// Appends the records in `in` to `out`; false (appending nothing) when `in` is malformed.
 bool deserialize_trace(const std::byte* in, std::size_t n, std::vector<TraceProcess>& out);
+
+/// Moves every timestamp of the serialized records in `blob` by `delta_ns` (rewriting the blob):
+/// how a remote Worker's records, taken in its own clock, are put on this process's. False
+/// (leaving `blob` as it was) when it is malformed.
+bool shift_trace_records(std::vector<std::byte>& blob, std::int64_t delta_ns);
+
+/// How far a remote peer's CLOCK_MONOTONIC is ahead of this process's, estimated from traced
+/// request/answer exchanges the way NTP does: an exchange sent at c0 and answered at c1 (here),
+/// received at rx and answered at tx (there) puts the offset at ((rx - c0) + (tx - c1)) / 2,
+/// wrong by at most half of its network delay (c1 - c0) - (tx - rx). The exchange with the
+/// least delay wins, its delay aged by 100 ppm of the time since (clocks drift), so a later
+/// exchange replaces it when a slow network had made the first ones poor.
+class ClockSync {
+ public:
+  void sample(std::int64_t c0, std::int64_t c1, std::int64_t rx, std::int64_t tx) noexcept {
+    if (c1 < c0 || tx < rx) return;
+    const std::int64_t delay = std::max<std::int64_t>(0, (c1 - c0) - (tx - rx));
+    const std::int64_t aged = best_delay_ + (c1 - best_at_) / 10'000;
+    if (known_ && delay > aged) return;
+    known_ = true;
+    best_delay_ = delay;
+    best_at_ = c1;
+    offset_ = ((rx - c0) + (tx - c1)) / 2;
+  }
+  /// The peer's clock minus this one's (0 before the first exchange).
+  [[nodiscard]] std::int64_t offset() const noexcept { return offset_; }
+  /// The network delay of the exchange the offset comes from: twice its worst error.
+  [[nodiscard]] std::int64_t error_bound() const noexcept { return best_delay_ / 2; }
+  [[nodiscard]] bool known() const noexcept { return known_; }
+
+ private:
+  bool known_ = false;
+  std::int64_t offset_ = 0;
+  std::int64_t best_delay_ = 0;
+  std::int64_t best_at_ = 0;
+};
 
 /// Renders processes as one Chrome trace-event JSON document.
 std::string render_chrome_trace(const std::vector<TraceProcess>& processes);

@@ -115,6 +115,34 @@ inline bool deserialize_trace(const std::byte* in, std::size_t n, std::vector<Tr
   return true;
 }
 
+inline bool shift_trace_records(std::vector<std::byte>& blob, std::int64_t delta_ns) {
+  std::vector<TraceProcess> procs;
+  if (!deserialize_trace(blob.data(), blob.size(), procs)) return false;
+  for (TraceProcess& p : procs) {
+    for (TraceEvent& e : p.events) {
+      switch (e.kind) {
+        case TraceKind::Edge:    // t1 = bytes
+        case TraceKind::Tensor:  // t0 = address, t1 = bytes
+          break;
+        case TraceKind::Run:
+        case TraceKind::Pass:
+        case TraceKind::Chip:
+          e.t0 += delta_ns;
+          e.t1 += delta_ns;
+          break;
+        default:  // instants: t0
+          e.t0 += delta_ns;
+          break;
+      }
+    }
+  }
+  std::vector<std::byte> out;
+  out.reserve(blob.size());
+  serialize_trace(procs, out);
+  blob.swap(out);
+  return true;
+}
+
 namespace trace_json {
 inline void escape(std::string& out, std::string_view s) {
   out += '"';

@@ -329,7 +329,8 @@ inline CallConfig get_config(Reader& r) {
 }  // namespace detail
 
 inline void encode_task(std::uint64_t digest, const CallConfig& config, TaskArgsView args,
-                        std::vector<std::byte>& out) {
+                        std::vector<std::byte>& out, std::uint8_t trace_level,
+                        std::uint32_t trace_limit) {
   Writer w(out);
   w.u64(digest);
   detail::put_config(w, config);
@@ -345,6 +346,8 @@ inline void encode_task(std::uint64_t digest, const CallConfig& config, TaskArgs
   }
   w.u32(static_cast<std::uint32_t>(args.scalar_count));
   for (std::int32_t i = 0; i < args.scalar_count; ++i) w.u64(args.scalars[i]);
+  w.u8(trace_level);
+  if (trace_level != 0) w.u32(trace_limit);
 }
 
 inline Task decode_task(std::span<const std::byte> p) {
@@ -386,6 +389,11 @@ inline Task decode_task(std::span<const std::byte> p) {
   const std::uint32_t ns = r.count(kMaxScalars, 8, "scalar_count");
   m.scalars.reserve(ns);
   for (std::uint32_t i = 0; i < ns; ++i) m.scalars.push_back(r.u64("scalar"));
+  m.trace_level = r.u8("trace_level");
+  if (m.trace_level > kMaxTraceLevel) {
+    r.fail("trace_level", fmt::format("{} is outside 0..{}", m.trace_level, kMaxTraceLevel));
+  }
+  if (m.trace_level != 0) m.trace_limit = r.u32("trace_limit");
   r.end();
   return m;
 }
@@ -394,12 +402,40 @@ inline void encode(const Completion& m, std::vector<std::byte>& out) {
   Writer w(out);
   w.u64(m.answers);
   detail::put_status(w, m.status, m.kind, m.code, m.message);
+  w.u8(m.traced ? 1 : 0);
+  if (!m.traced) return;
+  w.i64(m.trace.rx_ns);
+  w.i64(m.trace.begin_ns);
+  w.i64(m.trace.end_ns);
+  w.i64(m.trace.tx_ns);
+  w.u64(m.trace.lost);
+  w.u32(static_cast<std::uint32_t>(m.trace.records.size()));
+  w.bytes(m.trace.records);
 }
 inline Completion decode_completion(std::span<const std::byte> p) {
   Reader r(p, "COMPLETION");
   Completion m;
   m.answers = r.u64("answers");
   detail::get_status(r, m);
+  const std::uint8_t traced = r.u8("traced");
+  if (traced > 1) r.fail("traced", fmt::format("is {}; it must be 0 or 1", traced));
+  m.traced = traced == 1;
+  if (m.traced) {
+    m.trace.rx_ns = r.i64("trace.rx_ns");
+    m.trace.begin_ns = r.i64("trace.begin_ns");
+    m.trace.end_ns = r.i64("trace.end_ns");
+    m.trace.tx_ns = r.i64("trace.tx_ns");
+    if (m.trace.begin_ns < m.trace.rx_ns || m.trace.end_ns < m.trace.begin_ns ||
+        m.trace.tx_ns < m.trace.end_ns) {
+      r.fail("trace", fmt::format("times are out of order: received {}, began {}, ended {}, "
+                                  "answered {} (each must be at least the one before)",
+                                  m.trace.rx_ns, m.trace.begin_ns, m.trace.end_ns, m.trace.tx_ns));
+    }
+    m.trace.lost = r.u64("trace.lost");
+    const std::uint32_t n = r.u32("trace.records_bytes");
+    const auto b = r.bytes(n, "trace.records");
+    m.trace.records.assign(b.begin(), b.end());
+  }
   r.end();
   return m;
 }

@@ -581,8 +581,11 @@ class RankLinkImpl final : public simpler::detail::RankLink {
     try {
       if (!simpler::detail::remote_tensors_only(r, where_, fault)) return false;
       InFlight f;
-      f.bytes = fc_.frame(wire::FrameType::Task,
-                          [&](auto& out) { wire::encode_task(r.digest, *r.config, r.args, out); });
+      // A traced task asks for the rank's trace, as much as a COMPLETION this side reads.
+      const auto level = static_cast<std::uint8_t>(r.trace != nullptr ? r.trace->level : 0);
+      f.bytes = fc_.frame(wire::FrameType::Task, [&](auto& out) {
+        wire::encode_task(r.digest, *r.config, r.args, out, level, s_.options().max_payload);
+      });
       if (f.bytes.size() - wire::kHeaderBytes > info_.max_payload) {
         --fc_.tx;
         fault.set(ErrorKind::Usage, 0,
@@ -595,6 +598,10 @@ class RankLinkImpl final : public simpler::detail::RankLink {
       f.deadline = r.deadline;
       f.deadline_ms = r.deadline_ms;
       f.run_deadline = r.run_deadline;
+      if (level != 0) [[unlikely]] {
+        f.trace = r.trace;
+        f.sent_ns = simpler::detail::trace_now();
+      }
       inflight_.push_back(std::move(f));
       InFlight& g = inflight_.back();
       auto lk = s_.lock_mpi();
@@ -640,6 +647,10 @@ class RankLinkImpl final : public simpler::detail::RankLink {
     if (c.answers != task.sequence) {
       protocol_abort(fmt::format("its COMPLETION answers TASK {}, the oldest in flight is {}",
                                  c.answers, task.sequence));
+    }
+    if (task.trace != nullptr && c.traced) [[unlikely]] {
+      simpler::detail::take_remote_trace(clock_, task.sent_ns, simpler::detail::trace_now(),
+                                         c.trace, *task.trace);
     }
     // The TASK's send finished long ago (the rank answered it); release its buffer.
     if (task.req != MPI_REQUEST_NULL) s_.wait(task.req, Clock::time_point::max(), "MPI_Test");
@@ -722,6 +733,8 @@ class RankLinkImpl final : public simpler::detail::RankLink {
     Clock::time_point deadline;
     std::uint32_t deadline_ms = 0;
     bool run_deadline = false;
+    simpler::detail::TraceReply* trace = nullptr;  ///< a traced task: where its trace goes
+    std::int64_t sent_ns = 0;                      ///< a traced task: when it was sent
   };
 
   void check_attached(const char* api) const {
@@ -795,6 +808,7 @@ class RankLinkImpl final : public simpler::detail::RankLink {
   simpler::detail::RemoteInfo info_;
   simpler::detail::LiveBuffers live_;
   std::deque<InFlight> inflight_;
+  simpler::detail::ClockSync clock_;  ///< the rank's clock against this one (traced tasks)
   std::vector<std::byte> rbuf_;
 };
 
@@ -929,8 +943,11 @@ class Session::Server {
     switch (h.type) {
       case wire::FrameType::Task: {
         wire::Task task = wire::decode_task(payload);
-        const auto c =
-            simpler::detail::run_served_task(*inner_, served_, pool_, h.sequence, task, where_);
+        const std::int64_t rx = task.trace_level != 0 ? simpler::detail::served_trace_now() : 0;
+        auto c =
+            simpler::detail::run_served_task(*inner_, served_, pool_, h.sequence, task, where_, rx);
+        if (c.traced) [[unlikely]]
+          c.trace.tx_ns = simpler::detail::served_trace_now();
         send(fc_.frame(wire::FrameType::Completion, [&](auto& out) { wire::encode(c, out); }));
         return;
       }

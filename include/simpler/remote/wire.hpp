@@ -35,7 +35,7 @@ class ProtocolError : public TransportError {
 namespace wire {
 
 inline constexpr std::uint32_t kMagic = 0x524d5053;  ///< "SPMR" as bytes on the wire
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;  ///< 2: TASK and COMPLETION carry a trace section
 inline constexpr std::size_t kHeaderBytes = 40;
 
 enum class FrameType : std::uint8_t {
@@ -51,7 +51,7 @@ enum class FrameType : std::uint8_t {
   Shutdown = 10,      ///< client -> server, empty: end the session
 };
 inline constexpr std::uint8_t kFrameTypeMax = 10;
-/// No flag bit is defined in version 1: every bit must be zero.
+/// No flag bit is defined in version 2: every bit must be zero.
 inline constexpr std::uint8_t kKnownFlags = 0;
 
 const char* to_string(FrameType t) noexcept;
@@ -156,6 +156,7 @@ inline constexpr std::size_t kMaxMessage = 16384;  ///< error text
 inline constexpr std::size_t kMaxServed = 65536;   ///< callables in a HELLO
 inline constexpr std::size_t kMaxTensors = 4096;   ///< per TASK
 inline constexpr std::size_t kMaxScalars = 4096;   ///< per TASK
+inline constexpr std::uint8_t kMaxTraceLevel = 4;  ///< a traced TASK's level: 1..4
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kProofBytes = 32;  ///< HMAC-SHA256
 
@@ -202,6 +203,21 @@ struct Task {
   CallConfig config{};
   std::vector<ContinuousTensor> tensors;
   std::vector<std::uint64_t> scalars;
+  /// A task of a traced run of the parent: the level (1..4) its remote run is traced at, 0 =
+  /// untraced; and the most bytes of nested trace the parent takes back in the COMPLETION.
+  std::uint8_t trace_level = 0;
+  std::uint32_t trace_limit = 0;
+};
+/// What a traced TASK's COMPLETION says of its remote run, in the remote's CLOCK_MONOTONIC ns:
+/// when the TASK arrived, when its run began and ended, when the COMPLETION left; the remote
+/// Worker's serialized trace records (detail::serialize_trace), and what was lost of them.
+struct CompletionTrace {
+  std::int64_t rx_ns = 0;
+  std::int64_t begin_ns = 0;
+  std::int64_t end_ns = 0;
+  std::int64_t tx_ns = 0;
+  std::uint64_t lost = 0;
+  std::vector<std::byte> records;
 };
 struct Completion {
   std::uint64_t answers = 0;  ///< the TASK's sequence
@@ -209,6 +225,8 @@ struct Completion {
   ErrorKind kind = ErrorKind::Other;
   std::int32_t code = 0;
   std::string message;
+  bool traced = false;  ///< `trace` is present (only in answer to a traced TASK)
+  CompletionTrace trace;
 };
 
 enum class ControlOp : std::uint32_t {
@@ -250,9 +268,14 @@ void encode(const AuthProof& m, std::vector<std::byte>& out);
 void encode(const Hello& m, std::vector<std::byte>& out);
 void encode(const Completion& m, std::vector<std::byte>& out);
 void encode(const ControlReply& m, std::vector<std::byte>& out);
-/// A TASK from a leaf request's parts (no copy of the arguments into a Task first).
+/// A TASK from a leaf request's parts (no copy of the arguments into a Task first); a traced one
+/// when trace_level > 0.
 void encode_task(std::uint64_t digest, const CallConfig& config, TaskArgsView args,
-                 std::vector<std::byte>& out);
+                 std::vector<std::byte>& out, std::uint8_t trace_level = 0,
+                 std::uint32_t trace_limit = 0);
+/// The bytes of a COMPLETION's fixed part and trace section without records (what a traced
+/// COMPLETION takes beyond its records and message).
+inline constexpr std::size_t kCompletionTraceHeadBytes = 8 + 1 + 1 + 4 + 4 + 1 + 4 * 8 + 8 + 4;
 void encode(const Control& m, std::vector<std::byte>& out);
 
 AuthBegin decode_auth_begin(std::span<const std::byte> p);
