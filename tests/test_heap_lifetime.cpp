@@ -50,6 +50,24 @@ struct Gated {
     gate.store(true);
   });
   Gated() { w.init(); }
+
+  /// In the open scope: a gated writer of x, then the sum of x into `total`; ends the scope while
+  /// the writer waits, then allocates y in a new scope and clobbers it (opening the gate).
+  /// Returns y: its bytes must not be x's.
+  ContinuousTensor write_sum_then_clobber(Orchestrator& o, const ContinuousTensor& x,
+                                          std::int64_t& total) {
+    o.submit_sub(writer, TaskArgs().add_tensor(x, TensorArgType::OutputExisting));
+    o.submit_sub(sum, TaskArgs()
+                          .add_tensor(x, TensorArgType::Input)
+                          .add_tensor(make_tensor(&total, {1}, DataType::Int64),
+                                      TensorArgType::OutputExisting));
+    o.scope_end();  // the writer is still at its gate
+    o.scope_begin();
+    const ContinuousTensor y = o.alloc({kN}, DataType::Int64);
+    o.submit_sub(clobber, TaskArgs().add_tensor(y, TensorArgType::OutputExisting));
+    o.scope_end();
+    return y;
+  }
 };
 
 bool overlap(const ContinuousTensor& a, const ContinuousTensor& b) {
@@ -68,16 +86,7 @@ TEST_CASE("an orch.alloc buffer outlives its scope while its writer and reader s
     x = o.alloc({kN}, DataType::Int64);
     // Neither task looks x's allocation up as a producer: the writer only writes it, the reader
     // depends on the writer.
-    o.submit_sub(g.writer, TaskArgs().add_tensor(x, TensorArgType::OutputExisting));
-    o.submit_sub(g.sum, TaskArgs()
-                            .add_tensor(x, TensorArgType::Input)
-                            .add_tensor(make_tensor(&total, {1}, DataType::Int64),
-                                        TensorArgType::OutputExisting));
-    o.scope_end();  // the writer is still at its gate
-    o.scope_begin();
-    y = o.alloc({kN}, DataType::Int64);
-    o.submit_sub(g.clobber, TaskArgs().add_tensor(y, TensorArgType::OutputExisting));
-    o.scope_end();
+    y = g.write_sum_then_clobber(o, x, total);
   });
   INFO("x at " << x.data << ", y at " << y.data);
   CHECK_FALSE(overlap(x, y));
@@ -96,16 +105,7 @@ TEST_CASE("an auto-allocated output outlives its scope while a later writer of i
     x = o.submit_sub(g.fill, TaskArgs().add_tensor(make_tensor(nullptr, {kN}, DataType::Int64),
                                                    TensorArgType::Output))
             .output(0);
-    o.submit_sub(g.writer, TaskArgs().add_tensor(x, TensorArgType::OutputExisting));
-    o.submit_sub(g.sum, TaskArgs()
-                            .add_tensor(x, TensorArgType::Input)
-                            .add_tensor(make_tensor(&total, {1}, DataType::Int64),
-                                        TensorArgType::OutputExisting));
-    o.scope_end();
-    o.scope_begin();
-    y = o.alloc({kN}, DataType::Int64);
-    o.submit_sub(g.clobber, TaskArgs().add_tensor(y, TensorArgType::OutputExisting));
-    o.scope_end();
+    y = g.write_sum_then_clobber(o, x, total);
   });
   INFO("x at " << x.data << ", y at " << y.data);
   CHECK_FALSE(overlap(x, y));
