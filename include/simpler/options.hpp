@@ -59,6 +59,10 @@ struct WorkerOptions {
   /// are dropped and counted in the trace ("dropped_events"). 32 bytes each, allocated only
   /// when a run is traced.
   std::size_t trace_buffer_events = std::size_t{1} << 16;
+  /// Which orderings tags imply, on this Worker's TensorMap and on its chips' (Hazards::All: a
+  /// writer also waits for the earlier readers and writer of the bytes it overwrites). Its chips
+  /// take this value; a chip.hazards set to something else is a UsageError at init.
+  Hazards hazards = Hazards::All;
 };
 
 }  // namespace simpler

@@ -67,6 +67,20 @@ enum class TensorArgType : std::int32_t {
 /// "Input", "Output", ... ("?" for a value outside the enum).
 const char* to_string(TensorArgType t) noexcept;
 
+/// Which orderings tags imply between tasks that touch the same bytes (WorkerOptions::hazards,
+/// ChipOptions::hazards). A writer is an InOut, an OutputExisting, or an Output over existing
+/// bytes (data != 0); a reader is an Input or an InOut.
+enum class Hazards : std::uint8_t {
+  /// Every conflicting pair in submit order: a reader waits for the earlier writer of its bytes,
+  /// a writer for the earlier writer and for the readers since (write after read), so tags alone
+  /// are race-free. The default.
+  All = 0,
+  /// The seeds' exact semantics: only readers wait (for the earlier writer). A writer neither
+  /// waits for the readers before it nor for the earlier writer, so it may overwrite bytes a
+  /// running task still reads; order such pairs yourself.
+  ReadAfterWrite = 1,
+};
+
 /// A contiguous tensor: 40 bytes, the same layout at every level and on every wire.
 struct ContinuousTensor {
   std::uint64_t data = 0;  ///< address; 0 = no buffer yet (Output auto-alloc)

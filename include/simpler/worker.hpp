@@ -910,6 +910,14 @@ class BasicWorker {
   void add_chip_lanes() {
     if constexpr (detail::has_leaf<ChipWorker, Lanes...>) {
       ChipOptions chip = options_.chip;
+      if (chip.hazards != options_.hazards) {
+        if (chip.hazards != Hazards::All) {
+          throw UsageError(
+              "WorkerOptions: hazards and chip.hazards differ; set WorkerOptions::hazards, which "
+              "the Worker's chips follow");
+        }
+        chip.hazards = options_.hazards;
+      }
       if (!options_.device_runtime.empty()) {
         if (chip.device_runtime.empty()) {
           chip.device_runtime = options_.device_runtime;

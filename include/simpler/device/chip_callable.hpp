@@ -18,6 +18,7 @@
 
 #include "simpler/device/task_abi.h"
 #include "simpler/error.hpp"
+#include "simpler/types.hpp"
 
 // Where the bundled simulated device runtime is: the build tree's copy and the installed one.
 // The simpler::simpler target defines both for its consumers (the build-tree path only inside
@@ -60,6 +61,9 @@ struct ChipOptions {
   std::chrono::milliseconds scheduler_timeout{0};  ///< no-progress watchdog of a run
   std::chrono::milliseconds resource_wait{0};      ///< back-pressure backstop
   std::chrono::milliseconds tensor_wait{0};        ///< deadline of an orchestration's tensor read
+  /// Which orderings the chip's TensorMap infers (Hazards). A Worker's chips take
+  /// WorkerOptions::hazards.
+  Hazards hazards = Hazards::All;
 };
 
 namespace detail {
