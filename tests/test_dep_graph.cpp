@@ -137,3 +137,44 @@ TEST_CASE("a graph without a trace writes only the DOT and JSON files", "[dag]")
   CHECK(dag["nodes"][1]["tensors"][0]["bytes"].integer() == 16);
   w.close();
 }
+
+TEST_CASE("order edges show which writers wait for earlier readers and writers", "[dag][hazards]") {
+  const Hazards mode = GENERATE(Hazards::All, Hazards::ReadAfterWrite);
+  INFO("hazards " << static_cast<int>(mode));
+  TempDir dir;
+  SharedArena arena;
+  auto x = arena.make<std::int64_t>(4, 0);
+  WorkerOptions opts = thread_options(2);
+  opts.hazards = mode;
+  Worker w(opts);
+  auto h = w.register_sub("touch", [](TaskArgsView) {});
+  w.init();
+  const auto words = [&](std::int64_t first, std::int64_t n) {
+    return make_tensor(x.data() + first, {static_cast<std::uint32_t>(n)}, DataType::Int64);
+  };
+  w.run(
+      [&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
+        const auto one = [&](std::int64_t first, std::int64_t n, TensorArgType tag) {
+          TaskArgs a;
+          a.add_tensor(words(first, n), tag);
+          o.submit_sub(h, std::move(a));
+        };
+        one(0, 4, TensorArgType::OutputExisting);  // 1 writes x[0, 4)
+        one(0, 2, TensorArgType::Input);           // 2 reads x[0, 2)
+        one(2, 2, TensorArgType::Input);           // 3 reads x[2, 4)
+        one(1, 2, TensorArgType::OutputExisting);  // 4 overwrites x[1, 3)
+        one(0, 4, TensorArgType::InOut);           // 5 reads and overwrites all of x
+      },
+      {}, diagnostics_config(dir.path(), 0, true));
+  const Json dag = parse_json(read_text(dir.file("dag.json")));
+  // Data edges do not depend on the mode: 5 reads x[0] and x[3] from 1, x[1, 3) from 4.
+  CHECK(dag_json_edges(dag) == EdgeSet{{1, 2, 16}, {1, 3, 16}, {1, 5, 16}, {4, 5, 16}});
+  using Pairs = std::set<std::pair<long long, long long>>;
+  // 4 waits for the writer before it and both readers; 5 for the readers of the bytes 4 did not
+  // overwrite (x[0] read by 2, x[3] read by 3).
+  const Pairs order =
+      mode == Hazards::All ? Pairs{{1, 4}, {2, 4}, {3, 4}, {2, 5}, {3, 5}} : Pairs{};
+  CHECK(dag_json_order_edges(dag) == order);
+  CHECK(dag_dot_order_edges(read_text(dir.file("dag.dot"))) == order);
+  w.close();
+}

@@ -241,7 +241,8 @@ class OrchestratorBase {
   detail::SmallVec<TaskSlot, 16> scratch_producers_;
   detail::SmallVec<TaskSlot, 4> scratch_holds_;  ///< heap owners the current submit holds
   // Tracing and the dependency graph (detail/trace.hpp); off when trace_level_ == 0 and dag_ is
-  // null. trace_reads_: the producers and overlapping bytes the current submit's reads found.
+  // null. trace_reads_: the producers and overlapping bytes the current submit's reads found;
+  // trace_orders_: the earlier readers and writers its writes are ordered after.
   void trace_reads(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot self);
   void trace_submitted(const detail::Slot& s, const detail::CallableRegistry::Entry& entry,
                        std::span<const TaskArgs> members);
@@ -249,6 +250,7 @@ class OrchestratorBase {
   detail::DagRecord* dag_ = nullptr;
   std::uint32_t trace_next_ = 0;
   std::vector<std::pair<TaskSlot, std::uint64_t>> trace_reads_;
+  std::vector<TaskSlot> trace_orders_;
 };
 
 }  // namespace simpler

@@ -177,7 +177,6 @@ struct TraceIndex {
   }
 };
 
-/// The edges of a dag.json file, as (from, to, bytes).
 /// A stretch of a trace, in its microseconds.
 struct Span {
   double begin = 0;
@@ -224,10 +223,37 @@ inline std::vector<Span> kernel_spans(const TraceIndex& t, int pid) {
   return out;
 }
 
+/// The data edges of a dag.json file ("via":"data"), as (from, to, bytes).
 inline std::set<std::tuple<long long, long long, long long>> dag_json_edges(const Json& dag) {
   std::set<std::tuple<long long, long long, long long>> out;
   for (const Json& e : dag["edges"].arr) {
-    out.insert({e["from"].integer(), e["to"].integer(), e["bytes"].integer()});
+    if (e["via"].str == "data")
+      out.insert({e["from"].integer(), e["to"].integer(), e["bytes"].integer()});
+  }
+  return out;
+}
+
+/// The order edges of a dag.json file ("via":"order"), as (from, to).
+inline std::set<std::pair<long long, long long>> dag_json_order_edges(const Json& dag) {
+  std::set<std::pair<long long, long long>> out;
+  for (const Json& e : dag["edges"].arr) {
+    if (e["via"].str == "order") out.insert({e["from"].integer(), e["to"].integer()});
+  }
+  return out;
+}
+
+/// The order edges of a dag.dot file (dashed, "tA -> tB [label="order", style=dashed];").
+inline std::set<std::pair<long long, long long>> dag_dot_order_edges(const std::string& dot) {
+  std::set<std::pair<long long, long long>> out;
+  std::istringstream in(dot);
+  std::string line;
+  while (std::getline(in, line)) {
+    long long a = 0;
+    long long b = 0;
+    if (line.find("style=dashed") != std::string::npos &&
+        std::sscanf(line.c_str(), " t%lld -> t%lld", &a, &b) == 2) {
+      out.insert({a, b});
+    }
   }
   return out;
 }

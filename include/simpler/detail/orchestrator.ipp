@@ -439,8 +439,10 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   frames_[static_cast<std::size_t>(depth_ - 1)].push_back(s.id);
   const bool traced = trace_level_ != 0 || dag_ != nullptr;
   s.trace_id = traced ? ++trace_next_ : 0;
-  if (traced) [[unlikely]]
+  if (traced) [[unlikely]] {
     trace_reads_.clear();
+    trace_orders_.clear();
+  }
 
   // Tags of each member, walked in step with the stored tensors.
   scratch_producers_.clear();
@@ -476,11 +478,17 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
         tmap_.insert(
             space, begin, end, s.id,
             [&](TaskSlot p) {
-              if (p != s.id) scratch_producers_.push_back((p << 1) | writer_bit);
+              if (p == s.id) return;
+              scratch_producers_.push_back((p << 1) | writer_bit);
+              if (traced && writer_bit != 0) [[unlikely]]
+                trace_orders_.push_back(p);
             },
             [&](const detail::TensorReader& r) {
-              if (r.slot != s.id && reader_live(r))
-                scratch_producers_.push_back((r.slot << 1) | 1U);
+              if (r.slot == s.id || core_.pool.at(r.slot).gen != r.gen) return;
+              // The graph names a reader that already finished too: it is the program's order.
+              if (traced) [[unlikely]]
+                trace_orders_.push_back(r.slot);
+              if (reader_live(r)) scratch_producers_.push_back((r.slot << 1) | 1U);
             });
       } else {
         if (tag == TensorArgType::Input || tag == TensorArgType::InOut)
@@ -491,7 +499,8 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
       s.outputs.push_back({space, begin, end});
     }
   }
-  if (tmap_.size() > tmap_sweep_at_) [[unlikely]]
+  // Only readers go stale in the map (writers leave it at retire): nothing to sweep without them.
+  if (hazards_ == Hazards::All && tmap_.size() > tmap_sweep_at_) [[unlikely]]
     sweep_tensor_map();
   infer_and_wire(s);
   // The heap owners' references go with the producers': the task drops them when it ends.
@@ -606,6 +615,19 @@ inline void OrchestratorBase::trace_submitted(const Slot& s,
     }
   }
   trace_reads_.resize(out);
+  // Order edges: task ids, each once, and none that the reads already made a data edge.
+  out = 0;
+  for (const TaskSlot p : trace_orders_) {
+    const std::uint32_t id = core_.pool.at(p).trace_id;
+    if (id != 0) trace_orders_[out++] = id;
+  }
+  trace_orders_.resize(out);
+  std::sort(trace_orders_.begin(), trace_orders_.end());
+  trace_orders_.erase(std::unique(trace_orders_.begin(), trace_orders_.end()), trace_orders_.end());
+  std::erase_if(trace_orders_, [&](std::uint32_t id) {
+    return std::any_of(trace_reads_.begin(), trace_reads_.end(),
+                       [id](const auto& r) { return r.first == id; });
+  });
   const std::int64_t now = detail::trace_now();
   if (trace_level_ != 0) {
     detail::TraceBuffer& b = *core_.trace.orch;
@@ -648,6 +670,9 @@ inline void OrchestratorBase::trace_submitted(const Slot& s,
     dag_->nodes.push_back(std::move(n));
     for (const auto& [from, bytes] : trace_reads_) {
       dag_->edges.push_back({static_cast<std::uint32_t>(from), s.trace_id, bytes});
+    }
+    for (const TaskSlot from : trace_orders_) {
+      dag_->edges.push_back({static_cast<std::uint32_t>(from), s.trace_id, 0, true});
     }
   }
 }

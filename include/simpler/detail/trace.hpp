@@ -220,7 +220,8 @@ struct DagRecord {
   struct Edge {
     std::uint32_t from;
     std::uint32_t to;
-    std::uint64_t bytes;
+    std::uint64_t bytes;      ///< bytes `to` reads of what `from` wrote (0 for an order edge)
+    bool order_only = false;  ///< `to` overwrites bytes `from` read or wrote, reads none of them
   };
   std::uint32_t run = 0;
   int level = 3;

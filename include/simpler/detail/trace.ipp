@@ -422,7 +422,11 @@ inline std::string render_dag_dot(const DagRecord& dag) {
     out += fmt::format("  t{} [label=\"{}\"];\n", n.id, quoted);
   }
   for (const auto& e : dag.edges) {
-    out += fmt::format("  t{} -> t{} [label=\"{} B\"];\n", e.from, e.to, e.bytes);
+    if (e.order_only) {
+      out += fmt::format("  t{} -> t{} [label=\"order\", style=dashed];\n", e.from, e.to);
+    } else {
+      out += fmt::format("  t{} -> t{} [label=\"{} B\"];\n", e.from, e.to, e.bytes);
+    }
   }
   out += "}\n";
   return out;
@@ -447,8 +451,8 @@ inline std::string render_dag_json(const DagRecord& dag) {
   out += "],\n\"edges\":[";
   for (std::size_t i = 0; i < dag.edges.size(); ++i) {
     const auto& e = dag.edges[i];
-    out += fmt::format("{}\n{{\"from\":{},\"to\":{},\"bytes\":{}}}", i == 0 ? "" : ",", e.from,
-                       e.to, e.bytes);
+    out += fmt::format("{}\n{{\"from\":{},\"to\":{},\"bytes\":{},\"via\":\"{}\"}}",
+                       i == 0 ? "" : ",", e.from, e.to, e.bytes, e.order_only ? "order" : "data");
   }
   out += "]}\n";
   return out;
