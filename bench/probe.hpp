@@ -32,15 +32,21 @@ double time_ns(F&& f) {
 
 /// The machine's cross-core floor (PERFORMANCE.md): two threads bounce a counter through one
 /// cache line `rounds` times, spinning; returns the median round trip over 5 trials, in ns. These
-/// VMs switch between latency modes, so every bench records this next to its results.
-inline double cross_core_round_trip_ns(int rounds = 20'000) {
+/// VMs switch between latency modes, so every bench records this next to its results. A trial
+/// stops early after `budget_ms` (on a machine busy with other work a round trip can take a
+/// scheduler time slice), and the figure is over the rounds it did.
+inline double cross_core_round_trip_ns(int rounds = 20'000, int budget_ms = 50) {
+  constexpr int kStop = -1;
+  const std::int64_t budget_ns = std::int64_t{budget_ms} * 1'000'000;
   std::vector<double> trials;
   for (int t = 0; t < 5; ++t) {
     alignas(64) std::atomic<int> ball{0};
     std::thread echo([&] {
-      for (int i = 0; i <= rounds; ++i) {
-        while (ball.load(std::memory_order_acquire) != 2 * i + 1) {
+      for (int i = 0;; ++i) {
+        int v = 0;
+        while ((v = ball.load(std::memory_order_acquire)) != 2 * i + 1 && v != kStop) {
         }
+        if (v == kStop) return;
         ball.store(2 * i + 2, std::memory_order_release);
       }
     });
@@ -49,14 +55,20 @@ inline double cross_core_round_trip_ns(int rounds = 20'000) {
     while (ball.load(std::memory_order_acquire) != 2) {
     }
     const std::int64_t t0 = now_ns();
-    for (int i = 1; i <= rounds; ++i) {
+    int done = 0;
+    std::int64_t t1 = t0;
+    while (done < rounds) {
+      const int i = done + 1;
       ball.store(2 * i + 1, std::memory_order_release);
       while (ball.load(std::memory_order_acquire) != 2 * i + 2) {
       }
+      done = i;
+      if (done % 64 == 0 && (t1 = now_ns()) - t0 > budget_ns) break;
     }
-    const std::int64_t t1 = now_ns();
+    t1 = now_ns();
+    ball.store(kStop, std::memory_order_release);
     echo.join();
-    trials.push_back(static_cast<double>(t1 - t0) / rounds);
+    trials.push_back(static_cast<double>(t1 - t0) / done);
   }
   std::sort(trials.begin(), trials.end());
   return trials[trials.size() / 2];

@@ -34,10 +34,11 @@ function(simpler_bench_libomp_helper helper_var reason_var)
     WORKING_DIRECTORY "${_dir}"
     RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
   if(NOT _rc EQUAL 0)
-    string(REPLACE "\n" " " _out "${_out}")
-    string(REPLACE "\"" "'" _out "${_out}")
+    # The compiler's words go to the configure log only: the reason becomes a C string literal
+    # (no semicolons: it travels as one item of a CMake list).
+    message(STATUS "simpler benchmarks: ${SIMPLER_BENCH_LIBOMP_CXX} -fopenmp=libomp: ${_out}")
     set(${reason_var}
-      "${SIMPLER_BENCH_LIBOMP_CXX} -fopenmp=libomp cannot build an OpenMP program (Debian: libomp-dev): ${_out}"
+      "${SIMPLER_BENCH_LIBOMP_CXX} -fopenmp=libomp cannot build and link an OpenMP program (see the configure log, Debian: libomp-dev)"
       PARENT_SCOPE)
     return()
   endif()
