@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <set>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -341,4 +342,241 @@ TEST_CASE("an empty write leaves the map unchanged", "[tensor-map]") {
   std::vector<simpler::TaskSlot> found;
   m.lookup(0, 0, 1000, [&](simpler::TaskSlot p) { found.push_back(p); });
   REQUIRE(found == std::vector<simpler::TaskSlot>{1});
+}
+
+// ---- Readers (write-after-read ordering) -------------------------------------------------
+
+namespace {
+using simpler::detail::TensorReader;
+using SlotSet = std::set<TaskSlot>;
+}  // namespace
+
+TEST_CASE("a writer finds the readers since the last writer, and only those", "[tensor-map]") {
+  TensorMap m;
+  const auto live = [](const TensorReader&) { return true; };
+  SlotSet writers;
+  m.add_reader(
+      0, 0, 64, {1, 0}, [&](TaskSlot w) { writers.insert(w); }, live);
+  CHECK(writers.empty());  // nobody wrote these bytes
+  m.add_reader(
+      0, 32, 96, {2, 0}, [&](TaskSlot w) { writers.insert(w); }, live);
+  SlotSet found_w, found_r;
+  const auto write = [&](std::uint64_t b, std::uint64_t e, TaskSlot id) {
+    found_w.clear();
+    found_r.clear();
+    m.insert(
+        0, b, e, id, [&](TaskSlot w) { found_w.insert(w); },
+        [&](const TensorReader& r) { found_r.insert(r.slot); });
+  };
+  write(80, 128, 3);  // overlaps reader 2 only
+  CHECK(found_w.empty());
+  CHECK(found_r == SlotSet{2});
+  write(0, 128, 4);  // readers 1 and 2 of [0, 80), writer 3 of [80, 128)
+  CHECK(found_w == SlotSet{3});
+  CHECK(found_r == SlotSet{1, 2});
+  write(0, 128, 5);  // the readers were superseded by writer 4
+  CHECK(found_w == SlotSet{4});
+  CHECK(found_r.empty());
+  // A reader of part of writer 5's bytes finds it; a writer of the rest does not find that
+  // reader.
+  m.add_reader(
+      0, 0, 16, {6, 0}, [&](TaskSlot w) { writers.insert(w); }, live);
+  CHECK(writers == SlotSet{5});
+  write(16, 128, 7);
+  CHECK(found_r.empty());
+  write(8, 9, 8);
+  CHECK(found_r == SlotSet{6});
+}
+
+TEST_CASE("erase_owned keeps the readers of a retired writer's bytes", "[tensor-map]") {
+  TensorMap m;
+  const auto live = [](const TensorReader&) { return true; };
+  m.insert(0, 0, 64, 1);
+  m.add_reader(
+      0, 0, 64, {2, 0}, [](TaskSlot) {}, live);
+  m.erase_owned(0, 0, 64, 1);
+  REQUIRE(m.size() == 1);
+  CHECK(lookup(m, 0, 0, 64).empty());
+  SlotSet found_r;
+  m.insert(
+      0, 0, 64, 3, [](TaskSlot) {}, [&](const TensorReader& r) { found_r.insert(r.slot); });
+  CHECK(found_r == SlotSet{2});
+}
+
+TEST_CASE("sweep drops stale readers and the segments they leave empty", "[tensor-map]") {
+  TensorMap m;
+  std::set<std::uint32_t> dead_gens = {0};  // generation 0 of every slot is over
+  const auto live = [&](const TensorReader& r) { return dead_gens.count(r.gen) == 0; };
+  m.add_reader(
+      0, 0, 64, {1, 0}, [](TaskSlot) {}, live);
+  m.add_reader(
+      0, 100, 164, {2, 1}, [](TaskSlot) {}, live);
+  m.insert(0, 200, 264, 3);
+  REQUIRE(m.size() == 3);
+  m.sweep(live);
+  CHECK(m.size() == 2);  // reader 1 (gen 0) and its segment are gone
+  // A reader list compacts before it grows: stale entries do not pile up.
+  for (std::uint32_t i = 0; i < 1000; ++i) {
+    m.add_reader(
+        0, 300, 364, {i, i % 2 == 0 ? 0U : 1U}, [](TaskSlot) {}, live);
+  }
+  std::size_t listed = 0;
+  m.for_each_segment([&](std::uint64_t, std::uint64_t b, std::uint64_t, TaskSlot,
+                         std::span<const TensorReader> rs) {
+    if (b == 300) listed = rs.size();
+  });
+  CHECK(listed >= 500);   // every live one is kept
+  CHECK(listed <= 1000);  // and the list never holds twice the live ones plus its inline room
+}
+
+TEST_CASE(
+    "random reads, writes, retires and sweeps agree with a per-byte model of writers and "
+    "readers",
+    "[tensor-map]") {
+  constexpr std::size_t kBytes = 2048;
+  constexpr std::size_t kSpaces = 2;
+  constexpr std::int64_t kNone = -1;
+  std::mt19937_64 rng(0xBEEF);
+
+  struct Range {
+    std::uint64_t space;
+    std::uint64_t begin;
+    std::uint64_t end;
+  };
+  struct Byte {
+    std::int64_t writer = kNone;
+    SlotSet readers;  // live readers since the writer
+  };
+  std::array<std::array<Byte, kBytes>, kSpaces> model{};
+  // Tasks: slot ids are recycled with a new generation after retire, like the slot pool's.
+  std::vector<std::uint32_t> gen;  // current generation per slot
+  std::vector<bool> alive;
+  std::vector<std::vector<Range>> written;
+  std::vector<TaskSlot> free_ids;
+  const auto live = [&](const TensorReader& r) { return alive[r.slot] && gen[r.slot] == r.gen; };
+  const auto new_task = [&] {
+    TaskSlot id = 0;
+    if (!free_ids.empty() && rng() % 2 == 0) {
+      id = free_ids.back();
+      free_ids.pop_back();
+    } else {
+      id = static_cast<TaskSlot>(gen.size());
+      gen.push_back(0);
+      alive.push_back(false);
+      written.emplace_back();
+    }
+    alive[id] = true;
+    return id;
+  };
+  const auto random_range = [&rng](std::uint64_t max_len) {
+    const std::uint64_t len = 1 + rng() % max_len;
+    const std::uint64_t begin = rng() % (kBytes - len + 1);
+    return Range{rng() % kSpaces, begin, begin + len};
+  };
+  std::vector<TaskSlot> live_ids;
+
+  TensorMap m;
+  std::size_t reads = 0, writes = 0, war_hits = 0, retires = 0, sweeps = 0;
+  for (int step = 0; step < 6000; ++step) {
+    const std::uint64_t op = rng() % 100;
+    INFO("step " << step << " op " << op);
+    if (op < 35) {  // a read
+      const TaskSlot id = new_task();
+      const Range r = random_range(200);
+      SlotSet want, got;
+      for (std::uint64_t b = r.begin; b < r.end; ++b) {
+        Byte& by = model[r.space][b];
+        if (by.writer != kNone) want.insert(static_cast<TaskSlot>(by.writer));
+        by.readers.insert(id);
+      }
+      m.add_reader(
+          r.space, r.begin, r.end, {id, gen[id]}, [&](TaskSlot w) { got.insert(w); }, live);
+      REQUIRE(got == want);
+      live_ids.push_back(id);
+      ++reads;
+    } else if (op < 65) {  // a write
+      const TaskSlot id = new_task();
+      const Range r = random_range(160);
+      SlotSet want_w, want_r, got_w, got_r;
+      for (std::uint64_t b = r.begin; b < r.end; ++b) {
+        Byte& by = model[r.space][b];
+        if (by.writer != kNone) want_w.insert(static_cast<TaskSlot>(by.writer));
+        want_r.insert(by.readers.begin(), by.readers.end());
+        by.writer = id;
+        by.readers.clear();
+      }
+      m.insert(
+          r.space, r.begin, r.end, id, [&](TaskSlot w) { got_w.insert(w); },
+          [&](const TensorReader& rd) {
+            if (live(rd)) got_r.insert(rd.slot);
+          });
+      REQUIRE(got_w == want_w);
+      REQUIRE(got_r == want_r);
+      if (!want_r.empty()) ++war_hits;
+      written[id].push_back(r);
+      live_ids.push_back(id);
+      ++writes;
+    } else if (op < 92) {  // a retire
+      if (live_ids.empty()) continue;
+      const std::size_t i = rng() % live_ids.size();
+      const TaskSlot id = live_ids[i];
+      live_ids[i] = live_ids.back();
+      live_ids.pop_back();
+      for (const Range& r : written[id]) {
+        m.erase_owned(r.space, r.begin, r.end, id);
+        for (std::uint64_t b = r.begin; b < r.end; ++b) {
+          if (model[r.space][b].writer == static_cast<std::int64_t>(id))
+            model[r.space][b].writer = kNone;
+        }
+      }
+      written[id].clear();
+      for (auto& sp : model) {
+        for (Byte& by : sp) by.readers.erase(id);
+      }
+      alive[id] = false;
+      ++gen[id];
+      free_ids.push_back(id);
+      ++retires;
+    } else {
+      m.sweep(live);
+      ++sweeps;
+    }
+    // The whole map against the model: segments are disjoint and ordered, each byte's writer
+    // and live readers match; after a sweep no segment is empty.
+    std::array<std::vector<bool>, kSpaces> covered;
+    for (auto& c : covered) c.assign(kBytes, false);
+    std::uint64_t prev_space = 0, prev_end = 0;
+    const bool swept = op >= 92;
+    m.for_each_segment([&](std::uint64_t space, std::uint64_t b, std::uint64_t e, TaskSlot w,
+                           std::span<const TensorReader> rs) {
+      REQUIRE(b < e);
+      REQUIRE(e <= kBytes);
+      if (space == prev_space) REQUIRE(b >= prev_end);
+      prev_space = space;
+      prev_end = e;
+      SlotSet rl;
+      for (const TensorReader& rd : rs) {
+        if (live(rd)) rl.insert(rd.slot);
+      }
+      if (swept) REQUIRE((w != simpler::kInvalidSlot || !rl.empty()));
+      for (std::uint64_t x = b; x < e; ++x) {
+        const Byte& by = model[space][x];
+        REQUIRE(by.writer == (w == simpler::kInvalidSlot ? kNone : static_cast<std::int64_t>(w)));
+        REQUIRE(by.readers == rl);
+        covered[space][x] = true;
+      }
+    });
+    for (std::size_t sp = 0; sp < kSpaces; ++sp) {
+      for (std::size_t x = 0; x < kBytes; ++x) {
+        if (covered[sp][x]) continue;
+        REQUIRE(model[sp][x].writer == kNone);
+        REQUIRE(model[sp][x].readers.empty());
+      }
+    }
+  }
+  CHECK(reads > 1000);
+  CHECK(writes > 1000);
+  CHECK(war_hits > 300);
+  CHECK(retires > 1000);
+  CHECK(sweeps > 100);
 }

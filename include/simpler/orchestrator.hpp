@@ -139,6 +139,8 @@ class OrchestratorBase {
   /// tensors outside them.
   void record_shared_memory(bool sub_separate, bool next_level_separate);
   [[nodiscard]] std::byte* heap_base(int ring) const noexcept { return heaps_[ring].base(); }
+  /// Which orderings tags imply (WorkerOptions::hazards); set before the first run.
+  void set_hazards(Hazards h) noexcept { hazards_ = h; }
   /// The next run's tracing (before begin_run): its trace level (0 = off) and where to record
   /// its dependency graph (null = not recorded). Task ids restart at 1.
   void set_trace(int level, detail::DagRecord* dag) noexcept {
@@ -200,6 +202,12 @@ class OrchestratorBase {
   void hold_heap_owner_slow(const char* api, std::int32_t index, const ContinuousTensor& t,
                             std::size_t ring, std::uint64_t offset);
   void release_scratch_holds() noexcept;
+  /// Whether a TensorMap reader still matters to a writer: its slot was not reused and the
+  /// task has not finished.
+  [[nodiscard]] bool reader_live(const detail::TensorReader& r) const noexcept;
+  /// Drops stale readers and empty segments (when the map doubled since the last sweep), so the
+  /// map stays bounded by live tasks.
+  void sweep_tensor_map();
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
   void release_ref(detail::Slot& s) noexcept;
@@ -213,6 +221,9 @@ class OrchestratorBase {
   detail::EngineCore& core_;
   const detail::CallableRegistry& registry_;
   detail::TensorMap tmap_;
+  Hazards hazards_ = Hazards::All;
+  static constexpr std::size_t kTensorMapSweepMin = 4096;
+  std::size_t tmap_sweep_at_ = kTensorMapSweepMin;  ///< sweep when the map grows past this
   std::array<detail::HeapRing, detail::kHeapRingCount> heaps_;
   std::size_t heap_ring_size_;
   std::array<std::vector<TaskSlot>, kMaxScopeDepth> frames_;

@@ -127,6 +127,7 @@ class BasicWorker {
     core_->timing.heap_wait = options_.heap_wait;
     core_->timing.task_timeout = options_.task_timeout;
     orch_ = std::make_unique<Orchestrator>(*core_, *registry_, options_.heap_ring_size);
+    orch_->set_hazards(options_.hazards);
     sched_ = std::make_unique<Scheduler<Lanes...>>(*core_);
     if (!options_.device_ids.empty()) add_chip_lanes();
   }
@@ -855,6 +856,11 @@ class BasicWorker {
     }
     if (o.trace_buffer_events == 0) {
       throw UsageError("WorkerOptions::trace_buffer_events is 0; it must be >= 1");
+    }
+    if (o.hazards != Hazards::All && o.hazards != Hazards::ReadAfterWrite) {
+      throw UsageError(fmt::format(
+          "WorkerOptions::hazards is {}; it must be Hazards::All or Hazards::ReadAfterWrite",
+          static_cast<int>(o.hazards)));
     }
   }
   /// A forked child inherits a copy of this Worker whose threads do not exist there.

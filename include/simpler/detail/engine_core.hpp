@@ -185,7 +185,7 @@ struct EngineCore {
     while (e != nullptr) {
       Edge* next = e->next;  // read before the consumer may move on
       Slot& c = pool.at(e->consumer);
-      if (failed) c.poisoned.store(true, std::memory_order_relaxed);
+      if (failed && !e->order_only) c.poisoned.store(true, std::memory_order_relaxed);
       // acq_rel: release publishes `poisoned`; acquire sees the other releasers' flags.
       if (c.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) on_ready(c);
       e = next;

@@ -459,16 +459,40 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
       if (tag == TensorArgType::Input || tag == TensorArgType::InOut) {
         if (traced) [[unlikely]]
           trace_reads(space, begin, end, s.id);
-        tmap_.lookup(space, begin, end, [&](TaskSlot p) {
-          if (p != s.id) scratch_producers_.push_back(p);
-        });
       }
-      if (tag != TensorArgType::Input) {
+      // Producers go to scratch_producers_ as (slot << 1) | order_only.
+      const auto reads_from = [&](TaskSlot p) {
+        if (p != s.id) scratch_producers_.push_back(p << 1);
+      };
+      if (hazards_ == Hazards::All) {
+        if (tag == TensorArgType::Input) {
+          tmap_.add_reader(space, begin, end, {s.id, s.gen}, reads_from,
+                           [this](const detail::TensorReader& r) { return reader_live(r); });
+          continue;
+        }
+        // A writer: after the earlier writer (whose bytes an InOut reads; the others only
+        // overwrite them) and after the readers since.
+        const TaskSlot writer_bit = tag == TensorArgType::InOut ? 0U : 1U;
+        tmap_.insert(
+            space, begin, end, s.id,
+            [&](TaskSlot p) {
+              if (p != s.id) scratch_producers_.push_back((p << 1) | writer_bit);
+            },
+            [&](const detail::TensorReader& r) {
+              if (r.slot != s.id && reader_live(r))
+                scratch_producers_.push_back((r.slot << 1) | 1U);
+            });
+      } else {
+        if (tag == TensorArgType::Input || tag == TensorArgType::InOut)
+          tmap_.lookup(space, begin, end, reads_from);
+        if (tag == TensorArgType::Input) continue;
         tmap_.insert(space, begin, end, s.id);
-        s.outputs.push_back({space, begin, end});
       }
+      s.outputs.push_back({space, begin, end});
     }
   }
+  if (tmap_.size() > tmap_sweep_at_) [[unlikely]]
+    sweep_tensor_map();
   infer_and_wire(s);
   // The heap owners' references go with the producers': the task drops them when it ends.
   for (TaskSlot h : scratch_holds_) s.producers.push_back(h);
@@ -481,17 +505,36 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   return result;
 }
 
+inline bool OrchestratorBase::reader_live(const detail::TensorReader& r) const noexcept {
+  const Slot& p = core_.pool.at(r.slot);
+  // A reader that finished no longer matters: nothing overwrites bytes it still reads.
+  // acquire: seeing it finished orders its reads before whatever this task's writer does.
+  return p.gen == r.gen && p.consumers.load(std::memory_order_acquire) != detail::closed_list();
+}
+
+inline void OrchestratorBase::sweep_tensor_map() {
+  tmap_.sweep([this](const detail::TensorReader& r) { return reader_live(r); });
+  tmap_sweep_at_ = std::max(kTensorMapSweepMin, 2 * tmap_.size());
+}
+
 inline void OrchestratorBase::infer_and_wire(Slot& s) {
+  // Entries are (slot << 1) | order_only: sorted, a slot's read-after-write entry comes first
+  // and is the one kept, so a producer that is also a reader of what this task overwrites
+  // still poisons it when it fails.
   auto& ps = scratch_producers_;
   if (ps.size() > 1) {
     std::sort(ps.begin(), ps.end());
-    ps.resize_uninit(static_cast<std::size_t>(std::unique(ps.begin(), ps.end()) - ps.begin()));
+    ps.resize_uninit(static_cast<std::size_t>(
+        std::unique(ps.begin(), ps.end(), [](TaskSlot a, TaskSlot b) { return a >> 1 == b >> 1; }) -
+        ps.begin()));
   }
   // Edges must not move once linked into a producer's list: size them before linking.
   s.edges.resize_uninit(ps.size());
   s.producers.clear();
   std::size_t used = 0;
-  for (TaskSlot pid : ps) {
+  for (const TaskSlot entry : ps) {
+    const TaskSlot pid = entry >> 1;
+    const bool order_only = (entry & 1U) != 0;
     Slot& p = core_.pool.at(pid);
     // Hold a reference on the producer while this task lives (keeps its heap bytes), unless it
     // already retired its last reference: then it has finished, and only its outcome matters.
@@ -507,13 +550,14 @@ inline void OrchestratorBase::infer_and_wire(Slot& s) {
       }
     }
     if (!held) {
-      if (p.failed.load(std::memory_order_acquire))
+      if (!order_only && p.failed.load(std::memory_order_acquire))
         s.poisoned.store(true, std::memory_order_relaxed);
       continue;
     }
     s.producers.push_back(pid);
     Edge& e = s.edges[used];
     e.consumer = s.id;
+    e.order_only = order_only;
     // Count the edge before it becomes visible: the producer may finish and decrement at once.
     // The wiring hold keeps `pending` above zero meanwhile.
     s.pending.fetch_add(1, std::memory_order_relaxed);
@@ -531,7 +575,7 @@ inline void OrchestratorBase::infer_and_wire(Slot& s) {
       ++used;
     } else {
       s.pending.fetch_sub(1, std::memory_order_relaxed);
-      if (p.failed.load(std::memory_order_acquire))
+      if (!order_only && p.failed.load(std::memory_order_acquire))
         s.poisoned.store(true, std::memory_order_relaxed);
     }
   }
@@ -806,6 +850,7 @@ inline void OrchestratorBase::release_ref(Slot& s) noexcept {
 
 inline void OrchestratorBase::retire(Slot& s) noexcept {
   for (const auto& o : s.outputs) tmap_.erase_owned(o.space, o.begin, o.end, s.id);
+  ++s.gen;  // its TensorMap reader entries are stale from here on
   if (s.heap_ring >= 0) heaps_[static_cast<std::size_t>(s.heap_ring)].release(s.heap_seq);
   s.heap_ring = -1;
   s.outputs.clear();
@@ -862,6 +907,10 @@ inline int OrchestratorBase::finish_run() noexcept {
                             std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
     }
   }
+  // Every task retired: what is left are readers of retired tasks (their writers' entries went
+  // at retire). The next run starts from an empty map.
+  tmap_.clear();
+  tmap_sweep_at_ = kTensorMapSweepMin;
   in_run_.store(false, std::memory_order_release);
   return left_open;
 }

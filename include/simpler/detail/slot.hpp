@@ -34,6 +34,9 @@ enum class Role : std::uint8_t { NextLevel, Sub };
 struct Edge {
   Edge* next = nullptr;
   TaskSlot consumer = kInvalidSlot;
+  /// Orders only (the consumer overwrites bytes the producer reads): a failed producer does not
+  /// poison the consumer, which never sees its data.
+  bool order_only = false;
 };
 
 /// A byte range this task registered as its output in the TensorMap (for erasure at retire).
@@ -95,6 +98,7 @@ struct Slot {
   SmallVec<OutputRange, 2> outputs;  // TensorMap entries to erase at retire
   std::int32_t heap_ring = -1;       // heap ring holding its auto-allocated bytes, or -1
   std::uint64_t heap_seq = 0;        // allocation record in that ring
+  std::uint32_t gen = 0;             // bumped at each retire: tells TensorMap readers apart
 
   // ---- Scheduler-private bookkeeping for groups.
   std::uint32_t members_done = 0;
