@@ -151,6 +151,9 @@ struct Contender {
   std::function<double()> run;
   double units = 1;
   std::function<double()> probe = {};
+  /// When > 0: runs in the first max_reps measured rounds only, after at most one warm-up
+  /// round (for a contender too slow for the full count; its row shows the reps it got).
+  int max_reps = 0;
 };
 
 struct Row {
@@ -268,6 +271,7 @@ inline void run_scenario(Report& rep, const std::string& scenario, const std::st
   }
   for (int i = 0; i < o.warmup; ++i) {
     for (Contender& c : contenders) {
+      if (c.max_reps > 0 && i > 0) continue;
       gap();
       static_cast<void>(c.run());
     }
@@ -276,6 +280,7 @@ inline void run_scenario(Report& rep, const std::string& scenario, const std::st
   for (auto& s : samples) s.reserve(static_cast<std::size_t>(o.reps));
   for (int i = 0; i < o.reps; ++i) {
     for (std::size_t k = 0; k < contenders.size(); ++k) {
+      if (contenders[k].max_reps > 0 && i >= contenders[k].max_reps) continue;
       gap();
       samples[k].push_back(contenders[k].run() / contenders[k].units);
     }
@@ -285,8 +290,9 @@ inline void run_scenario(Report& rep, const std::string& scenario, const std::st
   }
 }
 
-/// "100k" for 100000, "1234" otherwise: the size part of a scenario name.
+/// "1M" for 1000000, "100k" for 100000, "1234" otherwise: the size part of a scenario name.
 inline std::string count_label(std::uint32_t n) {
+  if (n >= 1'000'000 && n % 1'000'000 == 0) return fmt::format("{}M", n / 1'000'000);
   if (n >= 1000 && n % 1000 == 0) return fmt::format("{}k", n / 1000);
   return fmt::format("{}", n);
 }
