@@ -225,7 +225,8 @@ Dist add_dist(sb::Report& rep, const std::string& scenario, const std::string& c
     std::printf("  %-26s %-20s %-9s %12.2f   (p10 %.0f, p25 %.0f, p75 %.0f)\n", scenario.c_str(),
                 contender.c_str(), "ns p90", d.p90, d.p10, d.p25, d.p75);
   }
-  std::printf("csv,%s,%s,ns_p90,%.3f,,%d\n", scenario.c_str(), contender.c_str(), d.p90, d.n);
+  std::printf("csv,%s,%s,ns_p90,%.3f,,%d,%.3f\n", scenario.c_str(), contender.c_str(), d.p90, d.n,
+              rep.last_probe());
   std::fflush(stdout);
   return d;
 }
@@ -714,7 +715,7 @@ int run_rank0(mpi::Session& s, const MpiArgs& a, const Sizes& sz) {
         if (const sb::Row* r = rep.find(scen, c)) {
           const double gbs = static_cast<double>(sz.copy_bytes) / r->stats.median;
           rep.note(fmt::format("{} {:.0f} MiB: {:.2f} GB/s", c, mib, gbs));
-          std::printf("csv,%s,%s,GB/s,%.3f,,%d\n", scen, c, gbs, r->stats.reps);
+          std::printf("csv,%s,%s,GB/s,%.3f,,%d,%.3f\n", scen, c, gbs, r->stats.reps, r->probe_ns);
         }
       }
     }
@@ -727,7 +728,7 @@ int run_rank0(mpi::Session& s, const MpiArgs& a, const Sizes& sz) {
   // halves of a scenario shows here.
   const double probe_end = sb::cross_core_round_trip_ns(opt.tiny ? 2'000 : 20'000);
   rep.note(fmt::format("cross-core spin round trip (probe, at the end): {:.0f} ns", probe_end));
-  std::printf("csv,probe,cross_core_rtt_end,ns,%.3f,,5\n", probe_end);
+  std::printf("csv,probe,cross_core_rtt_end,ns,%.3f,,5,%.3f\n", probe_end, probe_end);
   rep.note("load average at the end: " + sb::load_average());
   return 0;
 }

@@ -7,9 +7,12 @@
 // contender the median and p99 (nearest rank) of the per-unit figure as an aligned table and as
 // grep-able CSV lines:
 //
-//   csv,<scenario>,<contender>,<metric>,<median>,<p99>,<reps>
+//   csv,<scenario>,<contender>,<metric>,<median>,<p99>,<reps>,<probe_ns>
 //
-// plus ratio lines ("engine/openmp = 0.87") comparing two contenders' medians.
+// plus ratio lines ("engine/openmp = 0.87") comparing two contenders' medians. <probe_ns> is the
+// cross-core spin round trip (probe.hpp) measured in the process that produced the figure, last
+// taken before it (Report::probe; a contender run in another process brings its own): these VMs
+// switch latency modes, so a figure is only comparable with figures taken under a similar probe.
 //
 // Flags: --tiny (very small sizes, no warm-up, 1 repetition: a CI smoke run), --reps N,
 //        --gap-ms N (sleep between contender runs), --csv-only (print only the csv lines), --help.
@@ -31,6 +34,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "probe.hpp"
 
 namespace simpler_bench {
 
@@ -96,59 +101,6 @@ inline Options parse_options(int argc, char** argv, const char* what = "") {
   return o;
 }
 
-/// Nanoseconds on the steady clock.
-inline std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-/// Elapsed nanoseconds of one call of f().
-template <class F>
-double time_ns(F&& f) {
-  const std::int64_t t0 = now_ns();
-  std::forward<F>(f)();
-  const std::int64_t t1 = now_ns();
-  return static_cast<double>(t1 - t0);
-}
-
-/// The machine's cross-core floor (PERFORMANCE.md): two threads bounce a counter through one
-/// cache line `rounds` times, spinning; returns the median round trip over 5 trials, in ns. These
-/// VMs switch between latency modes, so every bench records this next to its results.
-inline double cross_core_round_trip_ns(int rounds = 20'000) {
-  std::vector<double> trials;
-  for (int t = 0; t < 5; ++t) {
-    alignas(64) std::atomic<int> ball{0};
-    std::thread echo([&] {
-      for (int i = 0; i <= rounds; ++i) {
-        while (ball.load(std::memory_order_acquire) != 2 * i + 1) {
-        }
-        ball.store(2 * i + 2, std::memory_order_release);
-      }
-    });
-    // Round 0 is not timed: it waits for the echo thread to start.
-    ball.store(1, std::memory_order_release);
-    while (ball.load(std::memory_order_acquire) != 2) {
-    }
-    const std::int64_t t0 = now_ns();
-    for (int i = 1; i <= rounds; ++i) {
-      ball.store(2 * i + 1, std::memory_order_release);
-      while (ball.load(std::memory_order_acquire) != 2 * i + 2) {
-      }
-    }
-    const std::int64_t t1 = now_ns();
-    echo.join();
-    trials.push_back(static_cast<double>(t1 - t0) / rounds);
-  }
-  std::sort(trials.begin(), trials.end());
-  return trials[trials.size() / 2];
-}
-
-/// Keeps the compiler from dropping an otherwise empty body.
-inline void clobber() noexcept {
-  __asm__ __volatile__("" ::: "memory");
-}
-
 /// The first three fields of /proc/loadavg ("" where unavailable): printed with the results so
 /// a run disturbed by other work on the machine can be recognised.
 inline std::string load_average() {
@@ -191,11 +143,17 @@ inline Stats summarise(std::vector<double> v) {
 
 /// One contender of a scenario: `run` performs one repetition and returns its elapsed ns.
 /// `units` is the number of units (tasks, hops) one repetition processes: the reported figure
-/// is ns / units. Contenders signal a wrong result by throwing.
+/// is ns / units. Contenders signal a wrong result by throwing. A contender that runs in another
+/// process sets `probe` to take the cross-core probe there (called once, before the warm-up);
+/// the others' rows carry the Report's last probe.
 struct Contender {
   std::string name;
   std::function<double()> run;
   double units = 1;
+  std::function<double()> probe = {};
+  /// When > 0: runs in the first max_reps measured rounds only, after at most one warm-up
+  /// round (for a contender too slow for the full count; its row shows the reps it got).
+  int max_reps = 0;
 };
 
 struct Row {
@@ -203,6 +161,7 @@ struct Row {
   std::string contender;
   std::string metric;
   Stats stats;
+  double probe_ns = 0;  ///< the cross-core probe that goes with this figure
 };
 
 /// Collects rows and prints them as they arrive (table and csv).
@@ -210,21 +169,29 @@ class Report {
  public:
   explicit Report(const Options& o) : opt_(o) {}
 
-  /// Measures and records the cross-core round trip (csv row "probe,cross_core_rtt"). Call
-  /// before any engine thread exists (it spins two threads for a few milliseconds).
-  void probe() {
-    const double ns = cross_core_round_trip_ns(opt_.tiny ? 2'000 : 20'000);
-    if (!opt_.csv_only) std::printf("  # cross-core spin round trip (probe): %.0f ns\n", ns);
-    std::printf("csv,probe,cross_core_rtt,ns,%.3f,,5\n", ns);
+  /// Measures and records the cross-core round trip (csv row "probe,cross_core_rtt"); rows
+  /// added afterwards carry it. Call while no runtime's threads spin (before any exists, or
+  /// after a gap): it spins two threads for a few milliseconds.
+  double probe() {
+    probe_ns_ = cross_core_round_trip_ns(probe_rounds());
+    if (!opt_.csv_only) std::printf("  # cross-core spin round trip (probe): %.0f ns\n", probe_ns_);
+    std::printf("csv,probe,cross_core_rtt,ns,%.3f,,5,%.3f\n", probe_ns_, probe_ns_);
     std::fflush(stdout);
+    return probe_ns_;
   }
+
+  /// Rounds per probe trial: fewer in --tiny runs.
+  [[nodiscard]] int probe_rounds() const noexcept { return opt_.tiny ? 2'000 : 20'000; }
+
+  /// The last probe taken in this process (0 before the first).
+  [[nodiscard]] double last_probe() const noexcept { return probe_ns_; }
 
   /// Prints a section header (not in --csv-only mode).
   void section(const std::string& title) const {
     if (opt_.csv_only) return;
     std::printf("\n== %s\n", title.c_str());
-    std::printf("  %-26s %-20s %-9s %12s %12s %5s\n", "scenario", "contender", "metric", "median",
-                "p99", "reps");
+    std::printf("  %-26s %-20s %-9s %12s %12s %5s %7s\n", "scenario", "contender", "metric",
+                "median", "p99", "reps", "probe");
     std::fflush(stdout);
   }
 
@@ -235,15 +202,19 @@ class Report {
     std::fflush(stdout);
   }
 
-  const Row& add(std::string scenario, std::string contender, std::string metric, Stats s) {
-    rows_.push_back(Row{std::move(scenario), std::move(contender), std::move(metric), s});
+  /// Records a row. `probe_ns` < 0 means this process's last probe (last_probe()); a figure
+  /// measured in another process passes that process's probe.
+  const Row& add(std::string scenario, std::string contender, std::string metric, Stats s,
+                 double probe_ns = -1) {
+    rows_.push_back(Row{std::move(scenario), std::move(contender), std::move(metric), s,
+                        probe_ns < 0 ? probe_ns_ : probe_ns});
     const Row& r = rows_.back();
     if (!opt_.csv_only) {
-      std::printf("  %-26s %-20s %-9s %12.2f %12.2f %5d\n", r.scenario.c_str(), r.contender.c_str(),
-                  r.metric.c_str(), s.median, s.p99, s.reps);
+      std::printf("  %-26s %-20s %-9s %12.2f %12.2f %5d %7.0f\n", r.scenario.c_str(),
+                  r.contender.c_str(), r.metric.c_str(), s.median, s.p99, s.reps, r.probe_ns);
     }
-    std::printf("csv,%s,%s,%s,%.3f,%.3f,%d\n", r.scenario.c_str(), r.contender.c_str(),
-                r.metric.c_str(), s.median, s.p99, s.reps);
+    std::printf("csv,%s,%s,%s,%.3f,%.3f,%d,%.3f\n", r.scenario.c_str(), r.contender.c_str(),
+                r.metric.c_str(), s.median, s.p99, s.reps, r.probe_ns);
     std::fflush(stdout);
     return r;
   }
@@ -270,7 +241,8 @@ class Report {
     if (!opt_.csv_only) {
       std::printf("  %s: %s = %.2f\n", scenario.c_str(), label.c_str(), value);
     }
-    std::printf("csv,%s,%s,ratio,%.3f,,%d\n", scenario.c_str(), label.c_str(), value, reps);
+    std::printf("csv,%s,%s,ratio,%.3f,,%d,%.3f\n", scenario.c_str(), label.c_str(), value, reps,
+                probe_ns_);
     std::fflush(stdout);
   }
 
@@ -279,6 +251,7 @@ class Report {
  private:
   Options opt_;
   std::vector<Row> rows_;
+  double probe_ns_ = 0;
 };
 
 /// Runs the contenders of one scenario: `warmup` rounds, then `reps` measured rounds, each
@@ -289,8 +262,16 @@ inline void run_scenario(Report& rep, const std::string& scenario, const std::st
   auto gap = [&] {
     if (o.gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.gap_ms));
   };
+  std::vector<double> probes(contenders.size(), -1.0);
+  for (std::size_t k = 0; k < contenders.size(); ++k) {
+    if (contenders[k].probe) {
+      gap();
+      probes[k] = contenders[k].probe();
+    }
+  }
   for (int i = 0; i < o.warmup; ++i) {
     for (Contender& c : contenders) {
+      if (c.max_reps > 0 && i > 0) continue;
       gap();
       static_cast<void>(c.run());
     }
@@ -299,17 +280,19 @@ inline void run_scenario(Report& rep, const std::string& scenario, const std::st
   for (auto& s : samples) s.reserve(static_cast<std::size_t>(o.reps));
   for (int i = 0; i < o.reps; ++i) {
     for (std::size_t k = 0; k < contenders.size(); ++k) {
+      if (contenders[k].max_reps > 0 && i >= contenders[k].max_reps) continue;
       gap();
       samples[k].push_back(contenders[k].run() / contenders[k].units);
     }
   }
   for (std::size_t k = 0; k < contenders.size(); ++k) {
-    rep.add(scenario, contenders[k].name, metric, summarise(std::move(samples[k])));
+    rep.add(scenario, contenders[k].name, metric, summarise(std::move(samples[k])), probes[k]);
   }
 }
 
-/// "100k" for 100000, "1234" otherwise: the size part of a scenario name.
+/// "1M" for 1000000, "100k" for 100000, "1234" otherwise: the size part of a scenario name.
 inline std::string count_label(std::uint32_t n) {
+  if (n >= 1'000'000 && n % 1'000'000 == 0) return fmt::format("{}M", n / 1'000'000);
   if (n >= 1000 && n % 1000 == 0) return fmt::format("{}k", n / 1000);
   return fmt::format("{}", n);
 }

@@ -7,7 +7,8 @@ set -euo pipefail
 packages=(g++ cmake ninja-build catch2 libfmt-dev libboost-dev libssl-dev clang-format
   clang-14 libclang-rt-14-dev  # clang + libFuzzer for the fuzz preset
   iproute2 util-linux          # ip netns and unshare, for the multi-host tests
-  libopenmpi-dev openmpi-bin)  # Open MPI: the optional MPI transport (SIMPLER_WITH_MPI) and mpirun
+  libopenmpi-dev openmpi-bin   # Open MPI: the optional MPI transport (SIMPLER_WITH_MPI) and mpirun
+  libtbb-dev libomp-dev)       # bench_engine's oneTBB and libomp (clang) peers; optional
 
 is_installed() {
   dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed$'
