@@ -210,6 +210,9 @@ class OrchestratorBase {
   void sweep_tensor_map();
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
+  /// Drops the innermost scope's reference on each of its tasks that finished, succeeded and
+  /// owns no heap bytes (a flat run stays bounded by the tasks in flight).
+  void compact_frame() noexcept;
   void release_ref(detail::Slot& s) noexcept;
   void retire(detail::Slot& s) noexcept;
   void drain_retired() noexcept;
@@ -227,6 +230,9 @@ class OrchestratorBase {
   std::array<detail::HeapRing, detail::kHeapRingCount> heaps_;
   std::size_t heap_ring_size_;
   std::array<std::vector<TaskSlot>, kMaxScopeDepth> frames_;
+  /// A frame is compacted (its finished tasks give their slots back) when it reaches this size.
+  static constexpr std::size_t kFrameCompactMin = 1024;
+  std::array<std::size_t, kMaxScopeDepth> frame_compact_at_{};
   /// Per heap ring, its next allocation sequence when the outermost scope still open that uses
   /// it began: a live allocation at or past it can only come back when that scope ends.
   std::array<std::uint64_t, detail::kHeapRingCount> ring_scope_seq_{};

@@ -372,6 +372,9 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   std::optional<detail::HeapRing::Allocation> heap;
   if (auto_bytes != 0) heap = heap_alloc(ring, auto_bytes, api);
 
+  auto& frame = frames_[static_cast<std::size_t>(depth_ - 1)];
+  if (frame.size() >= frame_compact_at_[static_cast<std::size_t>(depth_ - 1)]) [[unlikely]]
+    compact_frame();
   Slot* sp = nullptr;
   try {
     sp = &core_.pool.alloc();
@@ -436,7 +439,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   s.poisoned.store(false, std::memory_order_relaxed);
   s.failed.store(false, std::memory_order_relaxed);
   s.state.store(TaskState::Building, std::memory_order_relaxed);
-  frames_[static_cast<std::size_t>(depth_ - 1)].push_back(s.id);
+  frame.push_back(s.id);
   const bool traced = trace_level_ != 0 || dag_ != nullptr;
   s.trace_id = traced ? ++trace_next_ : 0;
   if (traced) [[unlikely]] {
@@ -799,6 +802,28 @@ inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> s
   return t;
 }
 
+inline void OrchestratorBase::compact_frame() noexcept {
+  const auto d = static_cast<std::size_t>(depth_ - 1);
+  auto& frame = frames_[d];
+  std::size_t kept = 0;
+  for (const TaskSlot id : frame) {
+    Slot& s = core_.pool.at(id);
+    // Finished (acquire: its outcome is final once its consumer list is closed), succeeded, and
+    // no heap bytes that a later task of this scope may still use: the scope's reference is all
+    // that keeps the slot, and nothing needs it any more. A failed task stays in the TensorMap
+    // until the scope ends, so the readers submitted after it are still skipped.
+    if (s.heap_ring < 0 && s.consumers.load(std::memory_order_acquire) == detail::closed_list() &&
+        !s.failed.load(std::memory_order_relaxed)) {
+      release_ref(s);
+    } else {
+      frame[kept++] = id;
+    }
+  }
+  frame.resize(kept);
+  frame_compact_at_[d] = std::max(kFrameCompactMin, 2 * kept);
+  drain_retired();
+}
+
 inline void OrchestratorBase::scope_begin() {
   check_owner("scope_begin");
   if (depth_ >= kMaxScopeDepth) {
@@ -807,6 +832,7 @@ inline void OrchestratorBase::scope_begin() {
         kMaxScopeDepth));
   }
   frames_[static_cast<std::size_t>(depth_)].clear();
+  frame_compact_at_[static_cast<std::size_t>(depth_)] = kFrameCompactMin;
   ++depth_;
   // The outermost open scope using a ring is the first scope at a depth that maps to it.
   const int ring = ring_for_depth();
