@@ -128,3 +128,25 @@ TEST_CASE("a finished task whose heap bytes are still in scope keeps them", "[en
   CHECK(seen == 42);
   CHECK(other == 7);
 }
+
+TEST_CASE("the TensorMap of a flat run of readers stays bounded by the live tasks",
+          "[engine][memory][hazards]") {
+  // Each task reads its own word that nobody writes: a writer-less segment per read, stale once
+  // the reader retired. The map is swept as they pile up.
+  Counted c;
+  std::vector<std::int64_t> words(50'000, 0);
+  std::size_t most = 0;
+  c.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    std::uint64_t submitted = 0;
+    for (std::size_t i = 0; i < words.size(); ++i) {
+      o.submit_sub(c.empty, TaskArgs().add_tensor(make_tensor(&words[i], {1}, DataType::Int64)));
+      if (++submitted % 1000 == 0) {
+        c.wait_done(submitted);
+        most = std::max(most, o.tensor_map_size());
+      }
+    }
+  });
+  INFO("largest TensorMap " << most);
+  CHECK(most <= 12'000);
+  CHECK(c.w.orchestrator().tensor_map_size() == 0);
+}

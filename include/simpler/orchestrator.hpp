@@ -205,8 +205,8 @@ class OrchestratorBase {
   /// Whether a TensorMap reader still matters to a writer: its slot was not reused and the
   /// task has not finished.
   [[nodiscard]] bool reader_live(const detail::TensorReader& r) const noexcept;
-  /// Drops stale readers and empty segments (when the map doubled since the last sweep), so the
-  /// map stays bounded by live tasks.
+  /// Drops stale readers and empty segments (once as many writer-less segments were made as the
+  /// map held after the last sweep), so the map stays bounded by live tasks.
   void sweep_tensor_map();
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
@@ -226,7 +226,7 @@ class OrchestratorBase {
   detail::TensorMap tmap_;
   Hazards hazards_ = Hazards::All;
   static constexpr std::size_t kTensorMapSweepMin = 4096;
-  std::size_t tmap_sweep_at_ = kTensorMapSweepMin;  ///< sweep when the map grows past this
+  std::size_t tmap_sweep_at_ = kTensorMapSweepMin;  ///< sweep past this many writer-less made
   std::array<detail::HeapRing, detail::kHeapRingCount> heaps_;
   std::size_t heap_ring_size_;
   std::array<std::vector<TaskSlot>, kMaxScopeDepth> frames_;

@@ -502,8 +502,9 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
       s.outputs.push_back({space, begin, end});
     }
   }
-  // Only readers go stale in the map (writers leave it at retire): nothing to sweep without them.
-  if (hazards_ == Hazards::All && tmap_.size() > tmap_sweep_at_) [[unlikely]]
+  // Only writer-less segments go stale (a writer takes its own out at retire): sweep once as many
+  // were made as the map held after the last sweep, so sweeping costs O(1) per segment made.
+  if (tmap_.writerless_made() > tmap_sweep_at_) [[unlikely]]
     sweep_tensor_map();
   infer_and_wire(s);
   // The heap owners' references go with the producers': the task drops them when it ends.
@@ -526,7 +527,7 @@ inline bool OrchestratorBase::reader_live(const detail::TensorReader& r) const n
 
 inline void OrchestratorBase::sweep_tensor_map() {
   tmap_.sweep([this](const detail::TensorReader& r) { return reader_live(r); });
-  tmap_sweep_at_ = std::max(kTensorMapSweepMin, 2 * tmap_.size());
+  tmap_sweep_at_ = std::max(kTensorMapSweepMin, tmap_.size());
 }
 
 inline void OrchestratorBase::infer_and_wire(Slot& s) {

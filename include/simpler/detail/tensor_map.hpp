@@ -116,6 +116,7 @@ class TensorMap {
     while (cursor < end) {
       if (it == map_.end() || it->first.space != space || it->first.begin >= end) {
         it = map_.emplace_hint(it, Key{space, cursor}, Entry{end, kInvalidSlot, {}});
+        ++writerless_made_;
         add_to(it->second.readers, reader, live);
         break;
       }
@@ -123,6 +124,7 @@ class TensorMap {
         // A gap nobody wrote: a writer-less segment up to the next one.
         auto gap =
             map_.emplace_hint(it, Key{space, cursor}, Entry{it->first.begin, kInvalidSlot, {}});
+        ++writerless_made_;
         add_to(gap->second.readers, reader, live);
         cursor = it->first.begin;
         continue;
@@ -161,6 +163,7 @@ class TensorMap {
           continue;
         }
         it->second.producer = kInvalidSlot;
+        ++writerless_made_;
       }
       ++it;
     }
@@ -169,6 +172,7 @@ class TensorMap {
   /// Drops every reader `live` rejects and every segment left with neither writer nor reader.
   template <class Live>
   void sweep(Live&& live) {
+    writerless_made_ = 0;
     for (auto it = map_.begin(); it != map_.end();) {
       compact(it->second.readers, live);
       if (it->second.producer == kInvalidSlot && it->second.readers.empty()) {
@@ -180,7 +184,14 @@ class TensorMap {
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
-  void clear() noexcept { map_.clear(); }
+  /// Writer-less segments made since the last sweep (by reads of bytes nobody wrote, or by a
+  /// writer leaving bytes that have readers): the only segments that can go stale, so what
+  /// tells whether a sweep would find anything.
+  [[nodiscard]] std::size_t writerless_made() const noexcept { return writerless_made_; }
+  void clear() noexcept {
+    map_.clear();
+    writerless_made_ = 0;
+  }
 
   /// Calls f(space, begin, end, writer, readers) for every segment in order (for tests and
   /// diagnostics; writer is kInvalidSlot for a read-only segment).
@@ -238,6 +249,7 @@ class TensorMap {
 
   std::pmr::unsynchronized_pool_resource pool_;
   Map map_;
+  std::size_t writerless_made_ = 0;
 };
 
 }  // namespace simpler::detail
