@@ -264,9 +264,11 @@ bool find_overtaken(Context& ctx, std::uint64_t nth, const simpler_task_builder&
                     Candidates& cand) {
   if (!ctx.config.all_hazards) return true;
   const ArenaHeader& h = ctx.header();
-  const Candidates producers = cand;
+  // Adding only appends: cutting `cand` back to its producers undoes a collection.
+  const int producers = cand.n;
   auto collect = [&] {
-    cand = producers;
+    cand.n = producers;
+    cand.overflow = false;
     for (int i = 0; i < b.tensor_count; ++i) {
       const int tag = b.tags[i];
       if (!writes_in_place(tag)) continue;
@@ -292,8 +294,8 @@ bool find_overtaken(Context& ctx, std::uint64_t nth, const simpler_task_builder&
                             "writer must wait for some of them to finish. Let fewer tasks read "
                             "the bytes before they are overwritten, or look for a task that "
                             "never finishes",
-                            nth, kMaxFanin - producers.n, producers.n,
-                            ctx.config.resource_wait.count(), kMaxFanin));
+                            nth, kMaxFanin - producers, producers, ctx.config.resource_wait.count(),
+                            kMaxFanin));
       return false;
     }
     ctx.orch.progress_event.await(
