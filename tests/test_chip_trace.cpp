@@ -481,7 +481,7 @@ TEST_CASE("a chip writer's DAG edges from the readers and writer before it only 
   p.task({view(SIMPLER_TAG_INPUT, 0, 0, 32)});
   p.task({view(SIMPLER_TAG_INPUT, 0, 16, 32)});
   p.task({whole(SIMPLER_TAG_OUTPUT_EXISTING, 0)});
-  run_program(d, p, diag_config(0, true, dir.path()));
+  run_program(d, p, diag_config(2, true, dir.path()));
 
   const std::set<Edge> expected{{0, 1}, {0, 2}, {0, 3}, {1, 3}, {2, 3}};
   REQUIRE(p.oracle.edges() == expected);
@@ -506,6 +506,21 @@ TEST_CASE("a chip writer's DAG edges from the readers and writer before it only 
   CHECK(dag_dot_edges(dot) == expected);
   CHECK(dot.find("\"0:1\" -> \"0:3\" [label=\"32 B output_existing after read\", style=dashed]") !=
         std::string::npos);
+
+  // The trace's dependency events and flows say the same: only the edges into 3 only order.
+  const ApiTrace api = api_trace(d);
+  CHECK(dependency_events(api) == expected);
+  for (const auto& e : api.events) {
+    if (e.kind == SIMPLER_TRACE_DEPENDENCY) CHECK(e.block_idx == (e.task_id == 3 ? 1 : 0));
+  }
+  const Json trace = parse_json(read_file(rd + "/trace.json"));
+  int flows = 0;
+  for (const Json& e : trace["traceEvents"].arr) {
+    if (e["ph"].str != "s") continue;
+    ++flows;
+    CHECK(e["args"]["order_only"].b == (e["args"]["to"].str == "0:3"));
+  }
+  CHECK(flows == 5);
 }
 
 TEST_CASE("with read-after-write hazards only, a chip DAG has no edges into writers",

@@ -126,8 +126,10 @@ void diag_submitted(Context& ctx, std::uint64_t id, const simpler_task_builder& 
     TraceBuffer& ob = d.buffers[0];
     const std::uint64_t now = trace_now_ns();
     for (int i = 0; i < d.pending.n; ++i) {
-      ob.push(now, now, id, static_cast<std::int64_t>(d.pending.items[i].producer),
-              SIMPLER_TRACE_DEPENDENCY, -1);
+      const PendingEdges::Item& it = d.pending.items[i];
+      // block_idx 1: the edge only orders (see simpler_trace_event).
+      ob.push(now, now, id, static_cast<std::int64_t>(it.producer), SIMPLER_TRACE_DEPENDENCY, -1,
+              (it.why & kEdgeData) != 0 ? 0 : 1);
     }
     if (d.swimlane >= 4) {
       const std::int32_t func = lanes[0] >= 0 ? lanes[0] : lanes[1] >= 0 ? lanes[1] : lanes[2];
