@@ -112,7 +112,8 @@ typedef struct simpler_trace_event {
   uint32_t track;    /* index into simpler_trace_info.track_names */
   uint32_t kind;     /* simpler_trace_kind */
   int32_t func_id;   /* the kernel, -1 for none */
-  int32_t block_idx; /* SPMD block, 0 when not SPMD */
+  int32_t block_idx; /* SPMD block, 0 when not SPMD; on a DEPENDENCY event 1 when the edge
+                        only orders (task_id overwrites bytes flow_from read or wrote), else 0 */
 } simpler_trace_event;
 
 enum simpler_trace_kind {
