@@ -232,7 +232,7 @@ bool find_producers(Context& ctx, std::uint64_t nth, const simpler_task_builder&
   ArenaHeader& h = ctx.header();
   // Drop TensorMap entries of retired tasks first: it keeps bucket chains short (a lookup
   // walks every entry of its buffer) and costs four checks when nothing retired.
-  tm_reclaim(h);
+  tm_reclaim(h, !ctx.diag.find_edges);
   if (ctx.diag.find_edges) diag_find_edges(ctx, b);
   for (int i = 0; i < b.tensor_count; ++i) {
     const simpler_chip_tensor& t = b.tensors[i];

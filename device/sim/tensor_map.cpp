@@ -7,7 +7,7 @@
 
 namespace simpler::sim {
 
-void tm_reclaim(ArenaHeader& h) noexcept {
+void tm_reclaim(ArenaHeader& h, bool done_readers) noexcept {
   TensorMap& m = h.tmap;
   for (int r = 0; r < kRings; ++r) {
     while (m.fifo_head[r] != 0) {
@@ -15,7 +15,7 @@ void tm_reclaim(ArenaHeader& h) noexcept {
       TmEntry& e = m.entries[idx];
       // A read entry is dead once its task completed: writers no longer wait for it.
       if (e.linked != 0 && !retired(h, e.task) &&
-          (e.kind == kTmWrite || tm_task_pending(h, e.task))) {
+          (e.kind == kTmWrite || !done_readers || tm_task_pending(h, e.task))) {
         break;
       }
       tm_unlink(m, idx);
@@ -32,7 +32,8 @@ bool tm_wait_for_room(Context& ctx, std::uint32_t n) {
   ArenaHeader& h = ctx.header();
   TensorMap& m = h.tmap;
   auto free_entries = [&m] { return m.capacity - m.live; };
-  tm_reclaim(h);
+  const bool done_readers = !ctx.diag.find_edges;
+  tm_reclaim(h, done_readers);
   if (free_entries() >= n) return true;
   // Completions free read entries: have them wake this thread too while it waits.
   WantsCompletion wants(ctx);
@@ -61,7 +62,7 @@ bool tm_wait_for_room(Context& ctx, std::uint32_t n) {
           return false;
         },
         std::chrono::microseconds(20), backstop.deadline());
-    tm_reclaim(h);
+    tm_reclaim(h, done_readers);
   }
   return true;
 }

@@ -43,9 +43,10 @@ struct Candidates {
 
 // ---- out of line (tensor_map.cpp) ----------------------------------------------------------
 
-/// Frees entries at the front of each ring's FIFO whose task retired, that were superseded, or
-/// that record a read whose task is done (its kernels no longer read the bytes).
-void tm_reclaim(ArenaHeader& h) noexcept;
+/// Frees entries at the front of each ring's FIFO whose task retired, that were superseded, or,
+/// with `done_readers`, that record a read whose task is done (its kernels no longer read the
+/// bytes). The DAG keeps done readers: its edges must not depend on when kernels finished.
+void tm_reclaim(ArenaHeader& h, bool done_readers) noexcept;
 
 /// Waits until `n` entries are free (reclaiming those of retired tasks and done readers). False
 /// when the run failed (this wait latched SIMPLER_ERR_TENSORMAP_OVERFLOW, or another failure).
