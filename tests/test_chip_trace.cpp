@@ -128,37 +128,51 @@ void submit(Writer& w, const std::vector<Arg>& args) {
 }
 
 /// The dependencies the device infers for a program of submits (all in the run's own scope, so
-/// no producer retires before the run ends), by the rules of docs/device.md: a tensor whose
-/// buffer a live task allocated (an Output) depends on that task; an Input or InOut depends on
-/// every recorded writer of bytes it overlaps, and an InOut that covers a writer's bytes replaces
-/// it; InOut and OutputExisting record the task as the writer of their bytes. Task k's id is k.
+/// no task retires before the run ends), by the rules of docs/device.md: a tensor whose buffer a
+/// live task allocated (an Output) depends on that task; an Input or InOut depends on every
+/// recorded writer of bytes it overlaps; with all hazards (the default) an InOut or
+/// OutputExisting also depends on every recorded reader of bytes it overlaps, and an
+/// OutputExisting on every recorded writer. Then a writer replaces the entries whose bytes it
+/// covers (with all hazards every writer, readers' and writers' entries; else an InOut, writers'
+/// only), and InOut and OutputExisting record the task as the writer of their bytes, Input (with
+/// all hazards) as a reader. Task k's id is k.
 class Oracle {
  public:
-  explicit Oracle(std::vector<std::uint32_t> host_sizes) {
+  explicit Oracle(std::vector<std::uint32_t> host_sizes, bool all_hazards = true)
+      : all_(all_hazards) {
     for (std::uint32_t s : host_sizes) known_.push_back({-1, s});
   }
 
   void submit(const std::vector<Arg>& args) {
     const std::int64_t task = next_++;
     std::vector<std::int64_t> found;
-    // Lookups first, in tensor order (an InOut's replacement hides the writer from later
-    // tensors of the same task, which already depend on it).
     for (const Arg& a : args) {
       if (a.output) continue;
       const Buffer buf = buffer_of(a);
       if (known_[a.known].owner >= 0 && !a.view) found.push_back(known_[a.known].owner);
-      if (a.tag != SIMPLER_TAG_INPUT && a.tag != SIMPLER_TAG_INOUT) continue;
-      for (Writer_& wr : writers_) {
-        if (!wr.linked || wr.id != buf.id || !(buf.begin < wr.end && wr.begin < buf.end)) continue;
-        found.push_back(wr.task);
-        if (a.tag == SIMPLER_TAG_INOUT && buf.begin <= wr.begin && wr.end <= buf.end)
-          wr.linked = false;
+      const bool reads = a.tag == SIMPLER_TAG_INPUT || a.tag == SIMPLER_TAG_INOUT;
+      const bool writes = a.tag == SIMPLER_TAG_INOUT || a.tag == SIMPLER_TAG_OUTPUT_EXISTING;
+      for (const Access& ac : accesses_) {
+        if (!ac.linked || ac.id != buf.id || !(buf.begin < ac.end && ac.begin < buf.end)) continue;
+        if ((ac.write && (reads || (writes && all_))) || (!ac.write && writes && all_))
+          found.push_back(ac.task);
       }
     }
     for (const Arg& a : args) {
-      if (a.tag == SIMPLER_TAG_INOUT || a.tag == SIMPLER_TAG_OUTPUT_EXISTING) {
+      if (a.tag != SIMPLER_TAG_INOUT && a.tag != SIMPLER_TAG_OUTPUT_EXISTING) continue;
+      const Buffer buf = buffer_of(a);
+      if (buf.begin >= buf.end) continue;
+      for (Access& ac : accesses_) {
+        if (ac.id == buf.id && buf.begin <= ac.begin && ac.end <= buf.end &&
+            (all_ || (ac.write && a.tag == SIMPLER_TAG_INOUT)))
+          ac.linked = false;
+      }
+    }
+    for (const Arg& a : args) {
+      const bool write = a.tag == SIMPLER_TAG_INOUT || a.tag == SIMPLER_TAG_OUTPUT_EXISTING;
+      if (write || (all_ && a.tag == SIMPLER_TAG_INPUT)) {
         const Buffer buf = buffer_of(a);
-        writers_.push_back({buf.id, buf.begin, buf.end, task, true});
+        accesses_.push_back({buf.id, buf.begin, buf.end, task, write, true});
       }
     }
     for (const Arg& a : args) {
@@ -182,10 +196,11 @@ class Oracle {
     std::size_t id;
     std::uint64_t begin, end;
   };
-  struct Writer_ {
+  struct Access {
     std::size_t id;
     std::uint64_t begin, end;
     std::int64_t task;
+    bool write;
     bool linked;
   };
   Buffer buffer_of(const Arg& a) const {
@@ -193,8 +208,9 @@ class Oracle {
     return {a.known, 0, known_[a.known].size};
   }
 
+  bool all_;
   std::vector<Known> known_;
-  std::vector<Writer_> writers_;
+  std::vector<Access> accesses_;
   std::set<Edge> edges_;
   std::int64_t next_ = 0;
 };
@@ -452,6 +468,76 @@ TEST_CASE("a chip fan-out/fan-in DAG has the edges of its views and outputs",
       CHECK(e["via"].arr[0].str == "write");
     }
   }
+}
+
+TEST_CASE("a chip writer's DAG edges from the readers and writer before it only order",
+          "[chip][trace][dag][hazards]") {
+  TempDir dir;
+  ProgramDevice d;
+  Program p({64});
+  // 0 writes the buffer; 1 and 2 read overlapping halves; 3 overwrites it all: it waits for 1
+  // and 2 (write after read) and for 0 (write after write), and reads nothing they wrote.
+  p.task({whole(SIMPLER_TAG_OUTPUT_EXISTING, 0)});
+  p.task({view(SIMPLER_TAG_INPUT, 0, 0, 32)});
+  p.task({view(SIMPLER_TAG_INPUT, 0, 16, 32)});
+  p.task({whole(SIMPLER_TAG_OUTPUT_EXISTING, 0)});
+  run_program(d, p, diag_config(2, true, dir.path()));
+
+  const std::set<Edge> expected{{0, 1}, {0, 2}, {0, 3}, {1, 3}, {2, 3}};
+  REQUIRE(p.oracle.edges() == expected);
+  const std::string rd = run_dir(dir.path(), 0, 0);
+  const Json dag = parse_json(read_file(rd + "/dag.json"));
+  CHECK(dag_json_edges(dag) == expected);
+  for (const Json& e : dag["edges"].arr) {
+    INFO(e["from"].integer() << " -> " << e["to"].integer());
+    const bool waw = e["from"].integer() == 0 && e["to"].integer() == 3;
+    CHECK(e["bytes"].integer() == (waw ? 64 : 32));
+    if (e["to"].integer() != 3) {
+      CHECK(e["via"].arr[0].str == "write");
+      CHECK(e["tags"].arr[0].str == "input");
+      CHECK(e["order_only"].b == false);
+    } else {
+      CHECK(e["via"].arr[0].str == (waw ? "write" : "read"));
+      CHECK(e["tags"].arr[0].str == "output_existing");
+      CHECK(e["order_only"].b == true);
+    }
+  }
+  const std::string dot = read_file(rd + "/dag.dot");
+  CHECK(dag_dot_edges(dot) == expected);
+  CHECK(dot.find("\"0:1\" -> \"0:3\" [label=\"32 B output_existing after read\", style=dashed]") !=
+        std::string::npos);
+
+  // The trace's dependency events and flows say the same: only the edges into 3 only order.
+  const ApiTrace api = api_trace(d);
+  CHECK(dependency_events(api) == expected);
+  for (const auto& e : api.events) {
+    if (e.kind == SIMPLER_TRACE_DEPENDENCY) CHECK(e.block_idx == (e.task_id == 3 ? 1 : 0));
+  }
+  const Json trace = parse_json(read_file(rd + "/trace.json"));
+  int flows = 0;
+  for (const Json& e : trace["traceEvents"].arr) {
+    if (e["ph"].str != "s") continue;
+    ++flows;
+    CHECK(e["args"]["order_only"].b == (e["args"]["to"].str == "0:3"));
+  }
+  CHECK(flows == 5);
+}
+
+TEST_CASE("with read-after-write hazards only, a chip DAG has no edges into writers",
+          "[chip][trace][dag][hazards]") {
+  TempDir dir;
+  simpler_init_options o = ProgramDevice::default_options();
+  o.hazards = SIMPLER_HAZARDS_READ_AFTER_WRITE;
+  ProgramDevice d(o);
+  Program p({64});
+  p.oracle = Oracle({64}, false);
+  p.task({whole(SIMPLER_TAG_OUTPUT_EXISTING, 0)});
+  p.task({view(SIMPLER_TAG_INPUT, 0, 0, 32)});
+  p.task({whole(SIMPLER_TAG_OUTPUT_EXISTING, 0)});
+  run_program(d, p, diag_config(0, true, dir.path()));
+  const std::set<Edge> expected{{0, 1}};
+  REQUIRE(p.oracle.edges() == expected);
+  CHECK(dag_json_edges(parse_json(read_file(run_dir(dir.path(), 0, 0) + "/dag.json"))) == expected);
 }
 
 TEST_CASE("random tagged chip DAGs: the DAG files and the trace's flows equal the oracle's edges",

@@ -196,6 +196,24 @@ TEST_CASE("a ChipWorker passes its device id and options to simpler_init", "[chi
   CHECK(r.init_options.scheduler_timeout_ms == 1234);
   CHECK(r.init_options.resource_wait_ms == 55);
   CHECK(r.init_options.tensor_wait_ms == 2000);
+  CHECK(r.init_options.hazards == SIMPLER_HAZARDS_ALL);
+}
+
+TEST_CASE("a ChipWorker passes its hazards option to simpler_init", "[chip][abi][hazards]") {
+  FakeRuntime fake("fake");
+  ChipOptions o = fake.options();
+  o.hazards = Hazards::ReadAfterWrite;
+  ChipWorker chip(0, o);
+  chip.init();
+  const fake_record& r = fake.record();
+  REQUIRE(r.init_had_options);
+  CHECK(r.init_options.hazards == SIMPLER_HAZARDS_READ_AFTER_WRITE);
+}
+
+TEST_CASE("a ChipWorker refuses a hazards value outside the enum", "[chip][abi][hazards]") {
+  ChipOptions o;
+  o.hazards = static_cast<Hazards>(5);
+  CHECK_THROWS_MATCHES(ChipWorker(0, o), UsageError, WhatContains("ChipOptions::hazards is 5"));
 }
 
 TEST_CASE("a ChipWorker constructor rejects negative device ids and options",

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -69,13 +70,21 @@ int Context::init(std::int32_t id, const simpler_init_options* opts) {
   }
   simpler_init_options o{};
   if (opts != nullptr && opts->struct_size != 0) {
-    if (opts->struct_size < sizeof(simpler_init_options)) {
+    // ABI 2's options end before `hazards`: such a caller gets the default for it.
+    constexpr std::size_t kAbi2Size = offsetof(simpler_init_options, hazards);
+    if (opts->struct_size < kAbi2Size) {
       return fail(SIMPLER_ERR_INVALID_ARGUMENT,
-                  fmt::format("simpler_init_options.struct_size is {}; expected {} (is the host "
-                              "built against another ABI?)",
-                              opts->struct_size, sizeof(simpler_init_options)));
+                  fmt::format("simpler_init_options.struct_size is {}; expected {} (or {} from a "
+                              "host built against device ABI 2)",
+                              opts->struct_size, sizeof(simpler_init_options), kAbi2Size));
     }
-    o = *opts;
+    std::memcpy(&o, opts, std::min<std::size_t>(opts->struct_size, sizeof o));
+  }
+  if (o.hazards != SIMPLER_HAZARDS_ALL && o.hazards != SIMPLER_HAZARDS_READ_AFTER_WRITE) {
+    return fail(SIMPLER_ERR_INVALID_ARGUMENT,
+                fmt::format("simpler_init_options.hazards is {}; expected {} (all hazards) or {} "
+                            "(read after write only)",
+                            o.hazards, SIMPLER_HAZARDS_ALL, SIMPLER_HAZARDS_READ_AFTER_WRITE));
   }
   if (o.num_clusters > static_cast<std::uint32_t>(kMaxClusters)) {
     return fail(SIMPLER_ERR_INVALID_ARGUMENT,
@@ -96,6 +105,7 @@ int Context::init(std::int32_t id, const simpler_init_options* opts) {
     config.scheduler_timeout = std::chrono::milliseconds(o.scheduler_timeout_ms);
   if (o.resource_wait_ms != 0) config.resource_wait = std::chrono::milliseconds(o.resource_wait_ms);
   if (o.tensor_wait_ms != 0) config.tensor_wait = std::chrono::milliseconds(o.tensor_wait_ms);
+  config.all_hazards = o.hazards == SIMPLER_HAZARDS_ALL;
 
   install_fault_handler();
   threads.core_count = 3 * config.num_clusters;

@@ -27,7 +27,10 @@ void PendingEdges::add(std::uint64_t producer, std::uint64_t bytes, std::uint32_
       return;
     }
   }
-  if (n < static_cast<int>(std::size(items))) items[n++] = {producer, bytes, why};
+  if (n < static_cast<int>(std::size(items)))
+    items[n++] = {producer, bytes, why};
+  else
+    ++omitted;
 }
 
 void DepGraph::clear() noexcept {
@@ -40,30 +43,39 @@ void DepGraph::clear() noexcept {
 
 void diag_find_edges(Context& ctx, const simpler_task_builder& b) noexcept {
   const ArenaHeader& h = ctx.header();
+  const bool all = ctx.config.all_hazards;
   PendingEdges& pe = ctx.diag.pending;
   pe.n = 0;
+  pe.omitted = 0;
   for (int i = 0; i < b.tensor_count; ++i) {
     const simpler_chip_tensor& t = b.tensors[i];
     const int tag = b.tags[i];
     if (tag == SIMPLER_TAG_OUTPUT) continue;
     const std::uint64_t bytes = simpler_tensor_nbytes(&t);  // checked by the submit
     const std::uint32_t tag_bit = 1U << static_cast<unsigned>(tag & 7);
+    const bool reads = tag != SIMPLER_TAG_OUTPUT_EXISTING;  // Input, InOut, NoDep
+    const bool writes = tag == SIMPLER_TAG_INOUT || tag == SIMPLER_TAG_OUTPUT_EXISTING;
     // The owner of a buffer is a dependency unless it is an alloc (no kernels: complete at
     // birth, nothing to wait for).
     if (t.owner_task != SIMPLER_INVALID_TASK_ID && !retired(h, t.owner_task) &&
         ctx.slot_of(t.owner_task).lane_mask != 0) {
-      pe.add(t.owner_task, bytes, kEdgeViaOwner | tag_bit);
+      pe.add(t.owner_task, bytes, kEdgeViaOwner | tag_bit | (reads ? kEdgeData : 0));
     }
-    if (tag != SIMPLER_TAG_INPUT && tag != SIMPLER_TAG_INOUT) continue;
+    if (tag == SIMPLER_TAG_NO_DEP || (tag == SIMPLER_TAG_OUTPUT_EXISTING && !all)) continue;
     const std::uint64_t begin = t.offset, end = t.offset + bytes;
     for (std::uint32_t e = tm_bucket_head(h.tmap, tm_bucket_of(h.tmap, t.addr)); e != 0;) {
       const TmEntry& en = h.tmap.entries[e - 1];
-      if (en.addr == t.addr && tm_overlaps(begin, end, en.begin, en.end) &&
-          !retired(h, en.producer)) {
-        pe.add(en.producer, std::min(end, en.end) - std::max(begin, en.begin),
-               kEdgeViaWrite | tag_bit);
-      }
       e = en.bucket_next;
+      if (en.addr != t.addr || !tm_overlaps(begin, end, en.begin, en.end) || retired(h, en.task))
+        continue;
+      const std::uint64_t overlap = std::min(end, en.end) - std::max(begin, en.begin);
+      if (en.kind == kTmWrite && reads) {
+        pe.add(en.task, overlap, kEdgeViaWrite | kEdgeData | tag_bit);
+      } else if (en.kind == kTmWrite && all) {  // an OutputExisting after a writer
+        pe.add(en.task, overlap, kEdgeViaWrite | tag_bit);
+      } else if (en.kind == kTmRead && writes) {  // read entries exist with all hazards only
+        pe.add(en.task, overlap, kEdgeViaRead | tag_bit);
+      }
     }
   }
 }
@@ -73,6 +85,7 @@ namespace {
 void record_node(Diag& d, std::uint64_t id, const simpler_task_builder& b,
                  const simpler_chip_tensor* tensors, const std::int32_t lanes[3]) {
   DepGraph& g = d.dag;
+  g.omitted_edges += d.pending.omitted;
   if (g.nodes.size() >= g.max_nodes) {
     ++g.omitted_nodes;
     g.omitted_edges += static_cast<std::uint64_t>(d.pending.n);
@@ -113,8 +126,10 @@ void diag_submitted(Context& ctx, std::uint64_t id, const simpler_task_builder& 
     TraceBuffer& ob = d.buffers[0];
     const std::uint64_t now = trace_now_ns();
     for (int i = 0; i < d.pending.n; ++i) {
-      ob.push(now, now, id, static_cast<std::int64_t>(d.pending.items[i].producer),
-              SIMPLER_TRACE_DEPENDENCY, -1);
+      const PendingEdges::Item& it = d.pending.items[i];
+      // block_idx 1: the edge only orders (see simpler_trace_event).
+      ob.push(now, now, id, static_cast<std::int64_t>(it.producer), SIMPLER_TRACE_DEPENDENCY, -1,
+              (it.why & kEdgeData) != 0 ? 0 : 1);
     }
     if (d.swimlane >= 4) {
       const std::int32_t func = lanes[0] >= 0 ? lanes[0] : lanes[1] >= 0 ? lanes[1] : lanes[2];
@@ -243,14 +258,15 @@ int write_dag_json(Context& ctx, const std::string& path) {
     std::string via;
     if (e.why & kEdgeViaOwner) via += "\"owner\"";
     if (e.why & kEdgeViaWrite) via += fmt::format("{}\"write\"", via.empty() ? "" : ",");
+    if (e.why & kEdgeViaRead) via += fmt::format("{}\"read\"", via.empty() ? "" : ",");
     std::string tags;
     for (const char* t : edge_tags(e.why))
       tags += fmt::format("{}\"{}\"", tags.empty() ? "" : ",", t);
     fmt::print(f,
                "{}\n{{\"from\":{},\"to\":{},\"from_task\":\"{}\",\"to_task\":\"{}\",\"bytes\":{},"
-               "\"tags\":[{}],\"via\":[{}]}}",
+               "\"tags\":[{}],\"via\":[{}],\"order_only\":{}}}",
                i ? "," : "", e.producer, e.consumer, task_label(e.producer), task_label(e.consumer),
-               e.bytes, tags, via);
+               e.bytes, tags, via, (e.why & kEdgeData) != 0 ? "false" : "true");
   }
   fmt::print(f, "]}}\n");
   if (!out.close()) return write_fail(ctx, path);
@@ -289,8 +305,11 @@ int write_dag_dot(Context& ctx, const std::string& path) {
   for (const DagEdge& e : g.edges) {
     std::string label = fmt::format("{} B", e.bytes);
     for (const char* t : edge_tags(e.why)) label += fmt::format(" {}", t);
-    fmt::print(f, "  {} -> {} [label={}];\n", json_quoted(task_label(e.producer)),
-               json_quoted(task_label(e.consumer)), json_quoted(label));
+    if (e.why & kEdgeViaRead) label += " after read";
+    // An edge that only orders (no bytes flow along it) is dashed.
+    fmt::print(f, "  {} -> {} [label={}{}];\n", json_quoted(task_label(e.producer)),
+               json_quoted(task_label(e.consumer)), json_quoted(label),
+               (e.why & kEdgeData) != 0 ? "" : ", style=dashed");
   }
   fmt::print(f, "}}\n");
   if (!out.close()) return write_fail(ctx, path);

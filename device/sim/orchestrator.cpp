@@ -212,14 +212,27 @@ bool check_tensors(Context& ctx, std::uint64_t nth, const simpler_task_builder& 
   return true;
 }
 
-/// The live producers the task waits for: the owners of its input tensors and the TensorMap's
-/// writers of the bytes it reads. Latches and returns false when there are too many.
+/// The TensorMap entries the task adds: one per tensor it writes in place and, with all hazards
+/// on, one per tensor it reads (Input).
+bool writes_in_place(int tag) noexcept {
+  return tag == SIMPLER_TAG_INOUT || tag == SIMPLER_TAG_OUTPUT_EXISTING;
+}
+std::uint32_t tensormap_inserts(const simpler_task_builder& b, bool all_hazards) noexcept {
+  std::uint32_t inserts = 0;
+  for (int i = 0; i < b.tensor_count; ++i) {
+    if (writes_in_place(b.tags[i]) || (all_hazards && b.tags[i] == SIMPLER_TAG_INPUT)) ++inserts;
+  }
+  return inserts;
+}
+
+/// The live producers the task reads from: the owners of its tensors and the TensorMap's writers
+/// of the bytes it reads (read after write). Latches and returns false when there are too many.
 bool find_producers(Context& ctx, std::uint64_t nth, const simpler_task_builder& b,
                     Candidates& cand) {
   ArenaHeader& h = ctx.header();
-  // Drop TensorMap entries of retired writers first: it keeps bucket chains short (a lookup
+  // Drop TensorMap entries of retired tasks first: it keeps bucket chains short (a lookup
   // walks every entry of its buffer) and costs four checks when nothing retired.
-  tm_reclaim(h);
+  tm_reclaim(h, !ctx.diag.find_edges);
   if (ctx.diag.find_edges) diag_find_edges(ctx, b);
   for (int i = 0; i < b.tensor_count; ++i) {
     const simpler_chip_tensor& t = b.tensors[i];
@@ -228,9 +241,7 @@ bool find_producers(Context& ctx, std::uint64_t nth, const simpler_task_builder&
     if (t.owner_task != SIMPLER_INVALID_TASK_ID && !retired(h, t.owner_task))
       cand.add(t.owner_task);
     if (tag != SIMPLER_TAG_INPUT && tag != SIMPLER_TAG_INOUT) continue;
-    // An InOut that covers an earlier writer's bytes supersedes it.
-    tm_find_producers(h, t.addr, t.offset, t.offset + simpler_tensor_nbytes(&t),
-                      tag == SIMPLER_TAG_INOUT, cand);
+    tm_find_producers(h, t.addr, t.offset, t.offset + simpler_tensor_nbytes(&t), cand);
   }
   if (cand.overflow) {
     ctx.latch(SIMPLER_ERR_TOO_MANY_PRODUCERS,
@@ -242,16 +253,57 @@ bool find_producers(Context& ctx, std::uint64_t nth, const simpler_task_builder&
   return true;
 }
 
-/// The TensorMap entries the task adds: one per tensor it writes in place.
-bool writes_in_place(int tag) noexcept {
-  return tag == SIMPLER_TAG_INOUT || tag == SIMPLER_TAG_OUTPUT_EXISTING;
-}
-std::uint32_t tensormap_inserts(const simpler_task_builder& b) noexcept {
-  std::uint32_t inserts = 0;
-  for (int i = 0; i < b.tensor_count; ++i) {
-    if (writes_in_place(b.tags[i])) ++inserts;
+/// With all hazards on, adds to `cand` (the task's producers) the pending tasks its in-place
+/// writes must not overtake: the readers of those bytes since their last writer (write after
+/// read) and, for an OutputExisting, that writer (write after write). These edges only order:
+/// the writer reads nothing they wrote. A task waits for at most kMaxFanin tasks, and a writer
+/// may follow any number of readers, so when they do not all fit this waits for some to
+/// complete (completed ones need no edge) rather than drop an ordering: back-pressure, ended by
+/// the resource_wait backstop (SIMPLER_ERR_FLOW_CONTROL_DEADLOCK) when none completes.
+bool find_overtaken(Context& ctx, std::uint64_t nth, const simpler_task_builder& b,
+                    Candidates& cand) {
+  if (!ctx.config.all_hazards) return true;
+  const ArenaHeader& h = ctx.header();
+  // Adding only appends: cutting `cand` back to its producers undoes a collection.
+  const int producers = cand.n;
+  auto collect = [&] {
+    cand.n = producers;
+    cand.overflow = false;
+    for (int i = 0; i < b.tensor_count; ++i) {
+      const int tag = b.tags[i];
+      if (!writes_in_place(tag)) continue;
+      const simpler_chip_tensor& t = b.tensors[i];
+      tm_find_overtaken(h, t.addr, t.offset, t.offset + simpler_tensor_nbytes(&t),
+                        tag == SIMPLER_TAG_OUTPUT_EXISTING, cand);
+    }
+    return !cand.overflow;
+  };
+  if (collect()) return true;
+  WantsCompletion wants(ctx);
+  Backstop<std::uint64_t> backstop(ctx.sched.completed.load(std::memory_order_seq_cst),
+                                   ctx.config.resource_wait);
+  for (;;) {
+    const std::uint64_t completed = ctx.sched.completed.load(std::memory_order_seq_cst);
+    if (collect()) return true;
+    if (ctx.fatal()) return false;
+    if (backstop.expired(completed)) {
+      ctx.latch(SIMPLER_ERR_FLOW_CONTROL_DEADLOCK,
+                fmt::format("submit #{}: the task overwrites bytes that more than {} earlier tasks "
+                            "still read or write (with its {} producers), and none of them "
+                            "completed for {} ms; a task waits for at most {} tasks, so this "
+                            "writer must wait for some of them to finish. Let fewer tasks read "
+                            "the bytes before they are overwritten, or look for a task that "
+                            "never finishes",
+                            nth, kMaxFanin - producers, producers, ctx.config.resource_wait.count(),
+                            kMaxFanin));
+      return false;
+    }
+    ctx.orch.progress_event.await(
+        [&] {
+          return ctx.fatal() || ctx.sched.completed.load(std::memory_order_seq_cst) != completed;
+        },
+        std::chrono::microseconds(20), backstop.deadline());
   }
-  return inserts;
 }
 
 /// Writes what the task's kernels receive: its kernels, tensors (runtime-allocated outputs get
@@ -279,13 +331,26 @@ void fill_payload(Payload& p, const simpler_task_builder& b, const TaskPlan& pla
               sizeof(std::uint64_t) * static_cast<std::size_t>(b.scalar_count));
 }
 
-/// Records the task as the writer of every tensor it writes in place.
-void record_writers(ArenaHeader& h, const simpler_task_builder& b, const Payload& p,
-                    std::uint64_t id) noexcept {
+/// Records what the task does to its tensors' bytes: it writes those it writes in place and,
+/// with all hazards on, reads its Inputs. A writer first takes over the entries whose bytes it
+/// covers and whose tasks it waits for: with all hazards on every writer's and reader's, else
+/// (an InOut only) the writers'. All before any insert, so the task keeps its own entries.
+void record_accesses(ArenaHeader& h, bool all_hazards, const simpler_task_builder& b,
+                     const Payload& p, std::uint64_t id) noexcept {
   for (int i = 0; i < b.tensor_count; ++i) {
-    if (!writes_in_place(b.tags[i])) continue;
+    const int tag = b.tags[i];
+    if (!writes_in_place(tag)) continue;
     const simpler_chip_tensor& t = p.tensors[i];
-    tm_insert(h, t.addr, t.offset, t.offset + simpler_tensor_nbytes(&t), id);
+    tm_supersede(h, t.addr, t.offset, t.offset + simpler_tensor_nbytes(&t),
+                 all_hazards || tag == SIMPLER_TAG_INOUT, all_hazards);
+  }
+  for (int i = 0; i < b.tensor_count; ++i) {
+    const int tag = b.tags[i];
+    const bool write = writes_in_place(tag);
+    if (!write && !(all_hazards && tag == SIMPLER_TAG_INPUT)) continue;
+    const simpler_chip_tensor& t = p.tensors[i];
+    tm_insert(h, t.addr, t.offset, t.offset + simpler_tensor_nbytes(&t), id,
+              write ? kTmWrite : kTmRead);
   }
 }
 
@@ -334,7 +399,8 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
   const std::uint32_t ring = std::min<std::uint32_t>(st.depth - 1, kRings - 1);
   // Dependencies first (they do not depend on the new slot), so a failure leaves nothing behind.
   Candidates cand;
-  if (!find_producers(*this, nth, *b, cand) || !tm_ensure(*this, tensormap_inserts(*b)) ||
+  if (!find_producers(*this, nth, *b, cand) || !find_overtaken(*this, nth, *b, cand) ||
+      !tm_ensure(*this, tensormap_inserts(*b, config.all_hazards)) ||
       !ensure_dep_space(*this, ring, static_cast<std::uint64_t>(cand.n))) {
     return SIMPLER_INVALID_TASK_ID;
   }
@@ -358,7 +424,7 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
   rc.current.store(local + 1, std::memory_order_seq_cst);
   st.tasks[st.top++] = id;
 
-  record_writers(h, *b, p, id);
+  record_accesses(h, config.all_hazards, *b, p, id);
   wire_producers(*this, cand, ring, id, s, p);
   if (diag.find_edges) diag_submitted(*this, id, *b, p.tensors, plan.lanes, t0);
   orch.submitted.fetch_add(1, std::memory_order_seq_cst);
@@ -504,12 +570,8 @@ int Context::read_tensor(const simpler_chip_tensor* t, std::uint64_t off, void* 
     return SIMPLER_ERR_TOO_MANY_PRODUCERS;
   }
   const auto deadline = Clock::now() + config.tensor_wait;
-  // Completions wake this thread only while it waits here (see orch_wants_completion).
-  orch.wants_completion.store(1, std::memory_order_seq_cst);
-  struct Reset {
-    std::atomic<std::uint32_t>& flag;
-    ~Reset() { flag.store(0, std::memory_order_seq_cst); }
-  } reset{orch.wants_completion};
+  // Completions wake this thread only while it waits here.
+  WantsCompletion wants(*this);
   for (int i = 0; i < writers.n; ++i) {
     const std::uint64_t w = writers.ids[i];
     auto done = [&] {

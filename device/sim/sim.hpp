@@ -216,16 +216,20 @@ struct alignas(64) RingControl {
   DepEntry* deps = nullptr;  ///< arena (wired)
 };
 
-/// One TensorMap entry: "task `producer` writes bytes [begin, end) of the buffer at `addr`".
+/// What a TensorMap entry records a task doing to its bytes.
+enum TmKind : std::uint32_t { kTmWrite = 0, kTmRead = 1 };
+
+/// One TensorMap entry: "task `task` writes (or reads) bytes [begin, end) of the buffer at
+/// `addr`". Read entries exist only with all hazards on: later writers of the bytes wait for them.
 struct TmEntry {
   std::uint64_t addr;
   std::uint64_t begin, end;
-  std::uint64_t producer;
+  std::uint64_t task;
   std::uint32_t bucket_next, bucket_prev;  ///< index + 1; 0 = none
   std::uint32_t fifo_next;                 ///< index + 1; per-ring insertion order
   std::uint32_t bucket;
   std::uint32_t linked;  ///< 1 while in a bucket chain
-  std::uint32_t pad;
+  std::uint32_t kind;    ///< TmKind
 };
 struct TmBucket {
   std::uint32_t epoch;
@@ -386,6 +390,9 @@ struct Config {
   std::chrono::milliseconds scheduler_timeout{10'000};
   std::chrono::milliseconds resource_wait{2'000};
   std::chrono::milliseconds tensor_wait{15'000};
+  /// SIMPLER_HAZARDS_ALL: a writer also waits for the earlier readers and writer of its bytes
+  /// (order-only edges); else only readers wait, for the earlier writer.
+  bool all_hazards = true;
 };
 
 /// Where the context is in its life, and what is registered on it. Written by the host only;
@@ -626,6 +633,22 @@ class Context {
   SchedState sched;
   /// Dump and counter state; created at the first run that asks for either.
   std::unique_ptr<RunFiles> run_files;
+};
+
+/// While alive, every completion wakes the orchestrator (orch.progress_event; see
+/// OrchState::wants_completion): for its waits that end when some task completes. Orchestrator
+/// thread only; not nested.
+class WantsCompletion {
+ public:
+  explicit WantsCompletion(Context& ctx) noexcept : flag_(ctx.orch.wants_completion) {
+    flag_.store(1, std::memory_order_seq_cst);
+  }
+  WantsCompletion(const WantsCompletion&) = delete;
+  WantsCompletion& operator=(const WantsCompletion&) = delete;
+  ~WantsCompletion() { flag_.store(0, std::memory_order_seq_cst); }
+
+ private:
+  std::atomic<std::uint32_t>& flag_;
 };
 
 /// The function table every orchestration receives.

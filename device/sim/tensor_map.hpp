@@ -1,16 +1,20 @@
-// The device TensorMap: which live task writes which bytes of which buffer, so that a submit can
-// find the producers its inputs wait for.
+// The device TensorMap: which live task writes (or reads) which bytes of which buffer, so that a
+// submit can find the tasks it waits for.
 //
-// A hash of buffer addresses to chains of entries "task P writes bytes [begin, end) of buffer A",
-// with per-ring FIFOs in insertion order so that entries of retired writers are reclaimed from
-// the front. Emptied at boot by bumping the epoch (a bucket of an older epoch is empty).
+// A hash of buffer addresses to chains of entries "task T writes (reads) bytes [begin, end) of
+// buffer A", with per-ring FIFOs in insertion order so that entries of retired tasks are
+// reclaimed from the front. Write entries give readers their producers (read after write);
+// read entries, recorded only with all hazards on, give writers the readers they must not
+// overtake (write after read). Emptied at boot by bumping the epoch (a bucket of an older epoch
+// is empty).
 //
 // What every submit does (look up, insert, check for room) is inline here, so that it compiles
 // into submit as it did when it lived in the same file; reclaiming, waiting for room and the
 // lookup of a read are in tensor_map.cpp.
 //
 // Threads: the orchestrator thread only (submit, read_tensor). It reads `last_alive` of the
-// rings (seq_cst) to tell retired writers apart.
+// rings (seq_cst) to tell retired tasks apart, and the slot state of live readers (a slot is
+// reallocated only by this thread, so a live task's slot stays its own while it looks).
 #pragma once
 
 #include <cstdint>
@@ -39,15 +43,17 @@ struct Candidates {
 
 // ---- out of line (tensor_map.cpp) ----------------------------------------------------------
 
-/// Frees entries at the front of each ring's FIFO whose producer retired (or that were removed).
-void tm_reclaim(ArenaHeader& h) noexcept;
+/// Frees entries at the front of each ring's FIFO whose task retired, that were superseded, or,
+/// with `done_readers`, that record a read whose task is done (its kernels no longer read the
+/// bytes). The DAG keeps done readers: its edges must not depend on when kernels finished.
+void tm_reclaim(ArenaHeader& h, bool done_readers) noexcept;
 
-/// Waits until `n` entries are free (reclaiming those of retired producers). False when the run
-/// failed (this wait latched SIMPLER_ERR_TENSORMAP_OVERFLOW, or another failure).
+/// Waits until `n` entries are free (reclaiming those of retired tasks and done readers). False
+/// when the run failed (this wait latched SIMPLER_ERR_TENSORMAP_OVERFLOW, or another failure).
 bool tm_wait_for_room(Context& ctx, std::uint32_t n);
 
 /// Adds to `out` every recorded writer of bytes [begin, end) of the buffer at `addr`, retired or
-/// not (a read on the orchestrator thread waits for each to be done).
+/// not (a read on the orchestrator thread waits for each to be done). Readers are not added.
 void tm_find_writers(const ArenaHeader& h, std::uint64_t addr, std::uint64_t begin,
                      std::uint64_t end, Candidates& out) noexcept;
 
@@ -88,9 +94,17 @@ inline bool tm_ensure(Context& ctx, std::uint32_t n) {
   return tm_wait_for_room(ctx, n);
 }
 
-/// Records that task `producer` writes bytes [begin, end) of the buffer at `addr`.
+/// True while task `id`, not retired, has not completed: its kernels may still touch its bytes.
+[[nodiscard]] inline bool tm_task_pending(const ArenaHeader& h, std::uint64_t id) noexcept {
+  const RingControl& rc = h.rings[ring_of(id)];
+  const SlotState& s = rc.slots[local_of(id) & rc.mask];
+  return s.task_id == id && s.state.load(std::memory_order_seq_cst) == kSlotPending;
+}
+
+/// Records that task `task` writes (kTmWrite) or reads (kTmRead) bytes [begin, end) of the buffer
+/// at `addr`.
 inline void tm_insert(ArenaHeader& h, std::uint64_t addr, std::uint64_t begin, std::uint64_t end,
-                      std::uint64_t producer) noexcept {
+                      std::uint64_t task, TmKind kind) noexcept {
   TensorMap& m = h.tmap;
   std::uint32_t idx;
   if (m.free_head != 0) {
@@ -104,7 +118,8 @@ inline void tm_insert(ArenaHeader& h, std::uint64_t addr, std::uint64_t begin, s
   e.addr = addr;
   e.begin = begin;
   e.end = end;
-  e.producer = producer;
+  e.task = task;
+  e.kind = kind;
   e.bucket = tm_bucket_of(m, addr);
   TmBucket& bk = m.buckets[e.bucket];
   if (bk.epoch != m.epoch) {
@@ -116,7 +131,7 @@ inline void tm_insert(ArenaHeader& h, std::uint64_t addr, std::uint64_t begin, s
   if (bk.head != 0) m.entries[bk.head - 1].bucket_prev = idx + 1;
   bk.head = idx + 1;
   e.linked = 1;
-  const std::uint32_t ring = ring_of(producer);
+  const std::uint32_t ring = ring_of(task);
   e.fifo_next = 0;
   if (m.fifo_tail[ring] != 0)
     m.entries[m.fifo_tail[ring] - 1].fifo_next = idx + 1;
@@ -125,18 +140,50 @@ inline void tm_insert(ArenaHeader& h, std::uint64_t addr, std::uint64_t begin, s
   m.fifo_tail[ring] = idx + 1;
 }
 
-/// Adds to `out` the live (not retired) writers of bytes [begin, end) of the buffer at `addr`: the
-/// producers a task reading them waits for. With `supersede` (the task is an InOut of those
-/// bytes) each writer whose bytes the range covers leaves the map: later readers wait for the
-/// new task, which waits for that writer.
-inline void tm_find_producers(ArenaHeader& h, std::uint64_t addr, std::uint64_t begin,
-                              std::uint64_t end, bool supersede, Candidates& out) noexcept {
+/// Adds to `out` the live (not retired) writers of bytes [begin, end) of the buffer at `addr`:
+/// the producers a task reading them waits for (read after write).
+inline void tm_find_producers(const ArenaHeader& h, std::uint64_t addr, std::uint64_t begin,
+                              std::uint64_t end, Candidates& out) noexcept {
   for (std::uint32_t e = tm_bucket_head(h.tmap, tm_bucket_of(h.tmap, addr)); e != 0;) {
-    TmEntry& en = h.tmap.entries[e - 1];
+    const TmEntry& en = h.tmap.entries[e - 1];
+    if (en.kind == kTmWrite && en.addr == addr && tm_overlaps(begin, end, en.begin, en.end) &&
+        !retired(h, en.task)) {
+      out.add(en.task);
+    }
+    e = en.bucket_next;
+  }
+}
+
+/// Adds to `out` the tasks a writer of bytes [begin, end) of the buffer at `addr` must not
+/// overtake, with all hazards on: every pending reader of overlapping bytes (write after read)
+/// and, with `writers` (the writer does not read the bytes, so its read-after-write lookup did
+/// not find them), every pending writer (write after write). Only the order matters, so tasks
+/// already completed are skipped: they no longer touch the bytes.
+inline void tm_find_overtaken(const ArenaHeader& h, std::uint64_t addr, std::uint64_t begin,
+                              std::uint64_t end, bool writers, Candidates& out) noexcept {
+  for (std::uint32_t e = tm_bucket_head(h.tmap, tm_bucket_of(h.tmap, addr)); e != 0;) {
+    const TmEntry& en = h.tmap.entries[e - 1];
+    if ((en.kind == kTmRead || writers) && en.addr == addr &&
+        tm_overlaps(begin, end, en.begin, en.end) && !retired(h, en.task) &&
+        tm_task_pending(h, en.task)) {
+      out.add(en.task);
+    }
+    e = en.bucket_next;
+  }
+}
+
+/// A new writer of bytes [begin, end) of the buffer at `addr` takes over the entries whose bytes
+/// it covers: the writers' (`writers`) and the readers' (`readers`). It waits for each of them
+/// (or they are done), so a later task that waits for the new writer waits for them too.
+inline void tm_supersede(ArenaHeader& h, std::uint64_t addr, std::uint64_t begin, std::uint64_t end,
+                         bool writers, bool readers) noexcept {
+  if (begin >= end) return;  // an empty view covers nothing
+  for (std::uint32_t e = tm_bucket_head(h.tmap, tm_bucket_of(h.tmap, addr)); e != 0;) {
+    const TmEntry& en = h.tmap.entries[e - 1];
     const std::uint32_t next = en.bucket_next;
-    if (en.addr == addr && tm_overlaps(begin, end, en.begin, en.end) && !retired(h, en.producer)) {
-      out.add(en.producer);
-      if (supersede && begin <= en.begin && en.end <= end) tm_unlink(h.tmap, e - 1);
+    if (en.addr == addr && begin <= en.begin && en.end <= end &&
+        (en.kind == kTmWrite ? writers : readers)) {
+      tm_unlink(h.tmap, e - 1);
     }
     e = next;
   }

@@ -235,15 +235,15 @@ int write_trace_json(Context& ctx, const std::string& path) {
       const simpler_trace_event& p = *from->second;
       const simpler_trace_event& c = *to->second;
       ++flow_id;
-      fmt::print(
-          f,
-          ",\n{{\"ph\":\"s\",\"pid\":{},\"tid\":{},\"ts\":{},\"id\":{},\"name\":"
-          "\"dependency\",\"cat\":\"dependency\",\"args\":{{\"from\":\"{}\",\"to\":\"{}\"}}}}"
-          ",\n{{\"ph\":\"f\",\"bp\":\"e\",\"pid\":{},\"tid\":{},\"ts\":{},\"id\":{},"
-          "\"name\":\"dependency\",\"cat\":\"dependency\"}}",
-          pid, p.track + 1, us(p.begin_ns + (p.end_ns - p.begin_ns) / 2), flow_id,
-          task_label(static_cast<std::uint64_t>(e.flow_from)), task_label(task), pid, c.track + 1,
-          us(c.begin_ns), flow_id);
+      fmt::print(f,
+                 ",\n{{\"ph\":\"s\",\"pid\":{},\"tid\":{},\"ts\":{},\"id\":{},\"name\":"
+                 "\"dependency\",\"cat\":\"dependency\",\"args\":{{\"from\":\"{}\",\"to\":\"{}\","
+                 "\"order_only\":{}}}}}"
+                 ",\n{{\"ph\":\"f\",\"bp\":\"e\",\"pid\":{},\"tid\":{},\"ts\":{},\"id\":{},"
+                 "\"name\":\"dependency\",\"cat\":\"dependency\"}}",
+                 pid, p.track + 1, us(p.begin_ns + (p.end_ns - p.begin_ns) / 2), flow_id,
+                 task_label(static_cast<std::uint64_t>(e.flow_from)), task_label(task),
+                 e.block_idx != 0 ? "true" : "false", pid, c.track + 1, us(c.begin_ns), flow_id);
       continue;
     }
     const std::string name =

@@ -83,16 +83,22 @@ struct DagNode {
   std::uint32_t tensor_count;
 };
 
-/// Why an edge exists: one bit per consumer tag that read the bytes (1 << SIMPLER_TAG_*), and
-/// how the producer was found.
+/// Why an edge exists: one bit per consumer tag that touches the bytes (1 << SIMPLER_TAG_*), how
+/// the producer was found, and whether the consumer reads what the producer wrote.
 inline constexpr std::uint32_t kEdgeViaOwner = 1U << 8;  ///< it allocated the buffer (Output)
 inline constexpr std::uint32_t kEdgeViaWrite = 1U << 9;  ///< TensorMap: it wrote the bytes in place
+inline constexpr std::uint32_t kEdgeViaRead = 1U << 10;  ///< TensorMap: it read bytes the consumer
+                                                         ///< overwrites (write after read)
+/// The consumer reads bytes the producer wrote (a data edge). Without it the edge only orders:
+/// write after read, write after write, or an OutputExisting into another task's Output.
+inline constexpr std::uint32_t kEdgeData = 1U << 11;
 
 struct DagEdge {
   std::uint64_t producer;
   std::uint64_t consumer;
-  std::uint64_t bytes;  ///< bytes of the consumer's tensors that overlap what the producer wrote
-  std::uint32_t why;    ///< kEdgeVia* | 1 << consumer tag
+  std::uint64_t bytes;  ///< bytes of the consumer's tensors that overlap what the producer
+                        ///< wrote (or, via read, read)
+  std::uint32_t why;    ///< kEdgeVia* | kEdgeData | 1 << consumer tag
 };
 
 /// The dependencies one submit found (orchestrator-private scratch, no allocation).
@@ -101,8 +107,11 @@ struct PendingEdges {
     std::uint64_t producer, bytes;
     std::uint32_t why;
   };
-  Item items[65];  ///< kMaxFanin + 1: a submit with more producers fails the run
+  /// kMaxFanin + 1: a submit with more producers fails the run. A writer may follow more
+  /// readers: those past the array are counted in `omitted` (the DAG's omitted edges).
+  Item items[65];
   int n = 0;
+  std::uint64_t omitted = 0;
   void add(std::uint64_t producer, std::uint64_t bytes, std::uint32_t why) noexcept;
 };
 
@@ -169,8 +178,10 @@ int write_dag_files(Context& ctx, const std::string& dir);
 
 // ---- device side hooks (trace.cpp, dep_graph.cpp) ----------------------------------------------
 
-/// Before the submit's TensorMap lookup: the producers of `b` with their overlapping bytes,
-/// into diag.pending (the lookup may unlink superseded writers, so this comes first).
+/// Before the submit's TensorMap lookup: the tasks `b` is ordered after, with their overlapping
+/// bytes, into diag.pending: its producers and, with all hazards on, every live earlier reader
+/// (and for an OutputExisting, writer) of bytes it writes in place, done or not. (The submit
+/// itself skips those already done: they need no wait.)
 void diag_find_edges(Context& ctx, const simpler_task_builder& b) noexcept;
 /// After the submit of task `id` (began at `t0`): DAG node and edges, dependency flows and the
 /// submit event, as the run's settings ask.

@@ -101,6 +101,12 @@ inline ChipWorker::ChipWorker(int device_id, ChipOptions options)
   detail::chip_option_ms(options_.scheduler_timeout, "scheduler_timeout");
   detail::chip_option_ms(options_.resource_wait, "resource_wait");
   detail::chip_option_ms(options_.tensor_wait, "tensor_wait");
+  if (options_.hazards != Hazards::All && options_.hazards != Hazards::ReadAfterWrite) {
+    throw UsageError(
+        fmt::format("ChipOptions::hazards is {}; it must be Hazards::All or "
+                    "Hazards::ReadAfterWrite",
+                    static_cast<unsigned>(options_.hazards)));
+  }
 }
 
 inline ChipWorker::ChipWorker(int device_id, ChipOptions options,
@@ -204,6 +210,8 @@ inline void ChipWorker::init() {
   o.scheduler_timeout_ms = detail::chip_option_ms(options_.scheduler_timeout, "scheduler_timeout");
   o.resource_wait_ms = detail::chip_option_ms(options_.resource_wait, "resource_wait");
   o.tensor_wait_ms = detail::chip_option_ms(options_.tensor_wait, "tensor_wait");
+  o.hazards = options_.hazards == Hazards::ReadAfterWrite ? SIMPLER_HAZARDS_READ_AFTER_WRITE
+                                                          : SIMPLER_HAZARDS_ALL;  // checked
   const int status = rt_->init(ctx_, device_id_, &o);
   if (status != SIMPLER_OK) {
     std::string text = fmt::format("ChipWorker::init on device {} ({}): {}", device_id_, rt_->path,

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /** Bumped whenever a struct layout or a function signature below changes. */
-#define SIMPLER_DEVICE_ABI_VERSION 2u
+#define SIMPLER_DEVICE_ABI_VERSION 3u
 
 /* ---- status codes ---------------------------------------------------------------------- */
 /* 0 is SIMPLER_OK; the SIMPLER_ERR_* codes are negative: host API misuse from -1, the failures
@@ -65,7 +65,15 @@ typedef struct simpler_task_args {
   const uint64_t* scalars;
 } simpler_task_args;
 
-/** Context-wide settings, fixed at simpler_init(). Zero fields take the default. */
+/** Which orderings the device TensorMap infers between tasks touching the same bytes
+ *  (simpler_init_options.hazards; simpler::Hazards on the host). ALL: a reader waits for the
+ *  earlier writer of its bytes, a writer for the earlier writer and for the readers since.
+ *  READ_AFTER_WRITE: only readers wait. */
+#define SIMPLER_HAZARDS_ALL 0u
+#define SIMPLER_HAZARDS_READ_AFTER_WRITE 1u
+
+/** Context-wide settings, fixed at simpler_init(). Zero fields take the default. A caller built
+ *  against an older header passes a smaller struct_size: fields past it take their default. */
 typedef struct simpler_init_options {
   uint32_t struct_size;          /* sizeof(simpler_init_options); 0 = defaults for everything */
   uint32_t num_clusters;         /* AICore clusters (1 AIC + 2 AIV each); default 2, max 16 */
@@ -73,6 +81,8 @@ typedef struct simpler_init_options {
   uint32_t scheduler_timeout_ms; /* no-progress watchdog; default 10000 */
   uint32_t resource_wait_ms;     /* back-pressure backstop (window, heap, pools); default 2000 */
   uint32_t tensor_wait_ms;       /* get_tensor_data deadline; default 15000 */
+  /* ABI 3 (a struct_size of 24 is ABI 2's: everything below takes its default). */
+  uint32_t hazards; /* SIMPLER_HAZARDS_ALL (default) or SIMPLER_HAZARDS_READ_AFTER_WRITE */
 } simpler_init_options;
 
 /** Per-run settings. Zero fields take the default. */
@@ -102,7 +112,8 @@ typedef struct simpler_trace_event {
   uint32_t track;    /* index into simpler_trace_info.track_names */
   uint32_t kind;     /* simpler_trace_kind */
   int32_t func_id;   /* the kernel, -1 for none */
-  int32_t block_idx; /* SPMD block, 0 when not SPMD */
+  int32_t block_idx; /* SPMD block, 0 when not SPMD; on a DEPENDENCY event 1 when the edge
+                        only orders (task_id overwrites bytes flow_from read or wrote), else 0 */
 } simpler_trace_event;
 
 enum simpler_trace_kind {
