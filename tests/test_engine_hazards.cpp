@@ -57,6 +57,18 @@ struct ReadWriteRace {
     *v.tensor(0).as<std::int64_t>() = static_cast<std::int64_t>(v.scalar(0));
     written.store(true);
   });
+
+  /// One run: the reader copies x into `copy`, then a writer tagged `tag` stores 2 into x.
+  void reader_then_writer(std::int64_t& x, std::int64_t& copy, TensorArgType tag) {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_sub(reader, TaskArgs()
+                               .add_tensor(make_tensor(&x, {1}, DataType::Int64))
+                               .add_tensor(make_tensor(&copy, {1}, DataType::Int64),
+                                           TensorArgType::OutputExisting));
+      o.submit_sub(writer,
+                   TaskArgs().add_tensor(make_tensor(&x, {1}, DataType::Int64), tag).add_scalar(2));
+    });
+  }
 };
 
 }  // namespace
@@ -67,14 +79,7 @@ TEST_CASE("a writer waits for the earlier reader of the bytes it overwrites", "[
   INFO("writer tag " << to_string(tag));
   ReadWriteRace r(Hazards::All);
   std::int64_t x = 1, copy = 0;
-  r.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-    o.submit_sub(r.reader, TaskArgs()
-                               .add_tensor(make_tensor(&x, {1}, DataType::Int64))
-                               .add_tensor(make_tensor(&copy, {1}, DataType::Int64),
-                                           TensorArgType::OutputExisting));
-    o.submit_sub(r.writer,
-                 TaskArgs().add_tensor(make_tensor(&x, {1}, DataType::Int64), tag).add_scalar(2));
-  });
+  r.reader_then_writer(x, copy, tag);
   CHECK(copy == 1);  // the reader saw the bytes from before the writer
   CHECK(x == 2);
   CHECK(r.writer_start_ns.load() >= r.reader_end_ns.load());
@@ -84,16 +89,7 @@ TEST_CASE("with Hazards::ReadAfterWrite a writer does not wait for earlier reade
           "[engine][hazards]") {
   ReadWriteRace r(Hazards::ReadAfterWrite);
   std::int64_t x = 1, copy = 0;
-  r.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-    o.submit_sub(r.reader, TaskArgs()
-                               .add_tensor(make_tensor(&x, {1}, DataType::Int64))
-                               .add_tensor(make_tensor(&copy, {1}, DataType::Int64),
-                                           TensorArgType::OutputExisting));
-    o.submit_sub(r.writer, TaskArgs()
-                               .add_tensor(make_tensor(&x, {1}, DataType::Int64),
-                                           TensorArgType::OutputExisting)
-                               .add_scalar(2));
-  });
+  r.reader_then_writer(x, copy, TensorArgType::OutputExisting);
   // The seeds' semantics: the writer ran while the reader still held the bytes.
   CHECK(copy == 2);
   CHECK(r.writer_start_ns.load() < r.reader_end_ns.load());
