@@ -291,6 +291,22 @@ TEST_CASE("random programs with write-after-read hazards match the sequential or
   CHECK(w.orchestrator().tensor_map_size() == 0);
 }
 
+TEST_CASE("random programs with hazards match the oracle under a small task window",
+          "[engine][hazards][random][window]") {
+  // Producers and readers retire while their consumers are still being submitted: a reused
+  // slot must never be mistaken for the task that wrote or read a word before it.
+  const std::uint32_t window = GENERATE(1U, 3U, 8U);
+  INFO("task window " << window);
+  WorkerOptions o = thread_options(2);
+  o.task_window = window;
+  Worker w(o);
+  auto k = w.register_sub("mix", hazard_kernel);
+  w.init();
+  std::vector<std::int64_t> words(4);
+  run_hazard_programs(w, k, words, 6);
+  CHECK(w.orchestrator().live_tasks() == 0);
+}
+
 TEST_CASE("random programs with write-after-read hazards match the oracle over forked children",
           "[engine][hazards][random][process]") {
   SharedArena arena;  // mapped before the Worker forks its children

@@ -34,8 +34,15 @@ struct WorkerOptions {
   ChipOptions chip;
   /// How long engine threads poll before sleeping after their last piece of work.
   std::chrono::microseconds spin{20};
-  /// Longest time a submit waits for heap ring space before throwing TimeoutError.
+  /// Longest time a submit waits for heap ring space, or for a place in the task window, before
+  /// throwing TimeoutError.
   std::chrono::milliseconds heap_wait{10'000};
+  /// Most tasks (and orch.alloc buffers) alive at once in a run: submitted and not yet given
+  /// back. An orchestration that outruns its workers waits in submit (and alloc) once this many
+  /// are alive, until they catch up (up to heap_wait), so memory stays bounded whatever the run's
+  /// length. A finished task gives its place back when its scope ends, or before if it owns no
+  /// heap bytes. 1 .. 16M (about 500 bytes per task at the limit).
+  std::uint32_t task_window = std::uint32_t{1} << 16;
   /// Deadline of every task from the moment its worker starts it; 0 = none (the default).
   /// CallConfig::timeout overrides it per submit. A task past its deadline fails as an
   /// EndpointFailure naming the callable, the worker and the deadline: a forked child is killed

@@ -210,9 +210,22 @@ class OrchestratorBase {
   void sweep_tensor_map();
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
-  /// Drops the innermost scope's reference on each of its tasks that finished, succeeded and
-  /// owns no heap bytes (a flat run stays bounded by the tasks in flight).
-  void compact_frame() noexcept;
+  /// Drops the reference of the scope at depth `d` + 1 on each of its tasks that finished,
+  /// succeeded and owns no heap bytes (a flat run stays bounded by the tasks in flight). Returns
+  /// how many of the tasks it keeps have not finished.
+  std::uint32_t compact_frame(std::size_t d) noexcept;
+  /// compact_frame on every open scope, collecting what retires. Returns the unfinished count.
+  std::uint32_t compact_open_frames() noexcept;
+  /// Blocks until the task window has room (WorkerOptions::task_window): wakes after a quarter
+  /// of the window finished, or when the workers go idle. Throws UsageError when only ending a
+  /// scope could make room, TimeoutError past heap_wait (or the run's deadline).
+  void wait_for_window(const char* api);
+  /// When a submit's wait for room ends: heap_wait from now, or the run's deadline if sooner
+  /// (then `run_bound`).
+  [[nodiscard]] std::chrono::steady_clock::time_point submit_wait_deadline(bool& run_bound) const;
+  /// The scheduler is idle with nothing queued and no lane running a task: every published task
+  /// has finished.
+  [[nodiscard]] bool workers_idle() const noexcept;
   void release_ref(detail::Slot& s) noexcept;
   void retire(detail::Slot& s) noexcept;
   void drain_retired() noexcept;

@@ -125,6 +125,7 @@ class BasicWorker {
     core_->registry = registry_.get();
     core_->timing.spin = options_.spin;
     core_->timing.heap_wait = options_.heap_wait;
+    core_->task_window = options_.task_window;
     core_->timing.task_timeout = options_.task_timeout;
     orch_ = std::make_unique<Orchestrator>(*core_, *registry_, options_.heap_ring_size);
     orch_->set_hazards(options_.hazards);
@@ -834,6 +835,10 @@ class BasicWorker {
     });
   }
 
+  /// The slot pool's limit: the largest task window there can be.
+  static constexpr std::uint32_t kMaxTaskWindow =
+      detail::SlotPool::kMaxChunks * detail::SlotPool::kChunkSize;
+
   static void validate_options(const WorkerOptions& o) {
     if (o.num_sub_workers < 0) {
       throw UsageError(
@@ -853,6 +858,11 @@ class BasicWorker {
     if (o.trace_level < 1 || o.trace_level > detail::kTraceMaxLevel) {
       throw UsageError(fmt::format("WorkerOptions::trace_level is {}; it must be 1..{}",
                                    o.trace_level, detail::kTraceMaxLevel));
+    }
+    if (o.task_window == 0 || o.task_window > kMaxTaskWindow) {
+      throw UsageError(fmt::format(
+          "WorkerOptions::task_window is {}; it must be 1..{} (tasks alive at once in a run)",
+          o.task_window, kMaxTaskWindow));
     }
     if (o.trace_buffer_events == 0) {
       throw UsageError("WorkerOptions::trace_buffer_events is 0; it must be >= 1");

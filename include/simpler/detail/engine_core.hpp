@@ -110,6 +110,14 @@ struct EngineCore {
   std::atomic<bool> sched_idle{false};
   static constexpr std::uint32_t kRetireBatch = 32;
   std::atomic<std::uint32_t> retired_since_wake{0};
+  /// The task window (WorkerOptions::task_window): live slots the Orchestrator allows at once.
+  std::uint32_t task_window = std::uint32_t{1} << 16;
+  /// Set by the Orchestrator while its task window is full: finished tasks are then counted,
+  /// and the one that brings the count to window_wake_at wakes it (it gives their slots back in
+  /// one pass rather than one wakeup per task).
+  std::atomic<bool> window_waiting{false};
+  std::atomic<std::uint32_t> window_done{0};
+  std::atomic<std::uint32_t> window_wake_at{1};
   /// Lanes currently running a task the scheduler did not post (a successor they made ready
   /// themselves). The run's fence waits for this to be 0 as well.
   std::atomic<std::uint32_t> lane_local{0};
@@ -181,7 +189,9 @@ struct EngineCore {
   void complete(Slot& s, bool failed, OnReady&& on_ready) noexcept {
     s.state.store(failed ? TaskState::Failed : TaskState::Completed, std::memory_order_relaxed);
     s.failed.store(failed, std::memory_order_relaxed);  // published by the exchange below
-    Edge* e = s.consumers.exchange(closed_list(), std::memory_order_acq_rel);
+    // seq_cst, like the window_waiting load below: an Orchestrator that starts waiting after
+    // that load sees this task finished when it next looks.
+    Edge* e = s.consumers.exchange(closed_list(), std::memory_order_seq_cst);
     while (e != nullptr) {
       Edge* next = e->next;  // read before the consumer may move on
       Slot& c = pool.at(e->consumer);
@@ -192,6 +202,12 @@ struct EngineCore {
     }
     for (TaskSlot p : s.producers) release_ref(pool.at(p));
     release_ref(s);  // last touch of `s`
+    // Counted after its own reference went, so the Orchestrator's pass retires it at once.
+    if (window_waiting.load(std::memory_order_seq_cst)) [[unlikely]] {
+      if (window_done.fetch_add(1, std::memory_order_seq_cst) + 1 ==
+          window_wake_at.load(std::memory_order_relaxed))
+        orch_wake.notify_all();
+    }
   }
 };
 

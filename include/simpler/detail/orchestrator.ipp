@@ -367,14 +367,19 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     }
   }
 
-  // Heap space first: it may block or throw, and nothing has been changed yet.
+  // A place in the task window, then heap space: both may block or throw, and nothing has been
+  // changed yet.
+  if (core_.pool.live() >= core_.task_window) [[unlikely]]
+    wait_for_window(api);
   const int ring = ring_for_depth();
   std::optional<detail::HeapRing::Allocation> heap;
   if (auto_bytes != 0) heap = heap_alloc(ring, auto_bytes, api);
 
   auto& frame = frames_[static_cast<std::size_t>(depth_ - 1)];
-  if (frame.size() >= frame_compact_at_[static_cast<std::size_t>(depth_ - 1)]) [[unlikely]]
-    compact_frame();
+  if (frame.size() >= frame_compact_at_[static_cast<std::size_t>(depth_ - 1)]) [[unlikely]] {
+    compact_frame(static_cast<std::size_t>(depth_ - 1));
+    drain_retired();
+  }
   Slot* sp = nullptr;
   try {
     sp = &core_.pool.alloc();
@@ -734,10 +739,8 @@ inline detail::HeapRing::Allocation OrchestratorBase::heap_alloc(int ring, std::
         api, ring, h.size(), h.live_allocations(),
         ring == 0 ? " (the run's outermost scope, which ends only with the run)" : "", bytes));
   }
-  auto deadline = detail::deadline_after(std::chrono::steady_clock::now(), core_.timing.heap_wait);
-  const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
-  const bool run_bound = run_dl != 0 && detail::steady_from_ns(run_dl) < deadline;
-  if (run_bound) deadline = detail::steady_from_ns(run_dl);
+  bool run_bound = false;
+  const auto deadline = submit_wait_deadline(run_bound);
   struct Waiting {
     std::atomic<bool>& flag;
     explicit Waiting(std::atomic<bool>& f) : flag(f) {
@@ -764,10 +767,104 @@ inline detail::HeapRing::Allocation OrchestratorBase::heap_alloc(int ring, std::
   }
 }
 
+inline std::chrono::steady_clock::time_point OrchestratorBase::submit_wait_deadline(
+    bool& run_bound) const {
+  auto deadline = detail::deadline_after(std::chrono::steady_clock::now(), core_.timing.heap_wait);
+  const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
+  run_bound = run_dl != 0 && detail::steady_from_ns(run_dl) < deadline;
+  if (run_bound) deadline = detail::steady_from_ns(run_dl);
+  return deadline;
+}
+
+inline bool OrchestratorBase::workers_idle() const noexcept {
+  // Order matters: a lane hands successors to the inbox before it leaves lane_local, and the
+  // scheduler clears sched_idle before it takes the inbox.
+  return core_.lane_local.load(std::memory_order_seq_cst) == 0 && core_.ready_inbox.empty() &&
+         core_.sched_idle.load(std::memory_order_seq_cst);
+}
+
+inline std::uint32_t OrchestratorBase::compact_open_frames() noexcept {
+  drain_retired();
+  std::uint32_t unfinished = 0;
+  for (std::size_t d = 0; d < static_cast<std::size_t>(depth_); ++d) unfinished += compact_frame(d);
+  drain_retired();
+  return unfinished;
+}
+
+inline void OrchestratorBase::wait_for_window(const char* api) {
+  const std::uint32_t window = core_.task_window;
+  compact_open_frames();
+  if (core_.pool.live() < window) return;
+  bool run_bound = false;
+  const auto deadline = submit_wait_deadline(run_bound);
+  // While this is set, finishing tasks are counted; the one that completes a quarter of the
+  // window wakes this thread, which then gives back all their slots in one pass (so a pass over
+  // the frames costs O(1) per task, and a wakeup is paid per many tasks, not per task).
+  const std::uint32_t batch = std::max<std::uint32_t>(1, window / 4);
+  core_.window_wake_at.store(batch, std::memory_order_relaxed);
+  core_.window_done.store(0, std::memory_order_relaxed);
+  struct Waiting {
+    std::atomic<bool>& flag;
+    explicit Waiting(std::atomic<bool>& f) : flag(f) {
+      flag.store(true, std::memory_order_seq_cst);
+    }
+    ~Waiting() { flag.store(false, std::memory_order_relaxed); }
+  } waiting(core_.window_waiting);
+  for (;;) {
+    // Tasks that finished before the flag was up are seen here (complete() closes its consumer
+    // list with a seq_cst exchange before it loads the flag).
+    const std::uint32_t unfinished = compact_open_frames();
+    if (core_.pool.live() < window) return;
+    if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
+    if (workers_idle()) {
+      // Every published task finished. A retirement may still be on its way; after that, what
+      // fills the window can only come back when a scope ends, and this thread would end it.
+      core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
+                            std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
+      compact_open_frames();
+      if (core_.pool.live() < window) return;
+      if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
+      std::size_t heap_owners = 0;
+      for (std::size_t d = 0; d < static_cast<std::size_t>(depth_); ++d) {
+        for (const TaskSlot id : frames_[d]) heap_owners += core_.pool.at(id).heap_ring >= 0;
+      }
+      throw UsageError(fmt::format(
+          "Orchestrator::{}: the task window (WorkerOptions::task_window = {}) is full and every "
+          "task in it has finished: {} of the {} alive own heap bytes (orch.alloc buffers or "
+          "auto-allocated outputs) of scopes that are still open, so they come back only when "
+          "those scopes end, which cannot happen while this call waits. Wrap the work in an "
+          "inner scope (auto s = orch.scope()) so its tasks and buffers are given back at its "
+          "end, or raise WorkerOptions::task_window",
+          api, window, heap_owners, core_.pool.live()));
+    }
+    core_.window_done.store(0, std::memory_order_relaxed);
+    const bool woke = core_.orch_wake.await(
+        [this, batch] {
+          return core_.window_done.load(std::memory_order_seq_cst) >= batch || workers_idle() ||
+                 core_.run.failed();
+        },
+        core_.timing.spin, deadline);
+    if (!woke) {
+      compact_open_frames();
+      if (core_.pool.live() < window) return;
+      if (run_bound) check_run_deadline();
+      throw TimeoutError(fmt::format(
+          "Orchestrator::{}: the task window (WorkerOptions::task_window = {}) stayed full for "
+          "{} ms: {} tasks alive, {} of them not finished; the workers did not keep up with this "
+          "orchestration. Raise WorkerOptions::heap_wait (how long a submit waits) or "
+          "task_window, or look for a task that does not finish (CallConfig::timeout and "
+          "WorkerOptions::task_timeout bound them)",
+          api, window, core_.timing.heap_wait.count(), core_.pool.live(), unfinished));
+    }
+  }
+}
+
 inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> shape,
                                                 DataType dtype) {
   check_open("alloc");
   check_run_deadline();
+  if (core_.pool.live() >= core_.task_window) [[unlikely]]
+    wait_for_window("alloc");
   ContinuousTensor t = make_tensor(nullptr, shape, dtype);
   const std::uint64_t bytes = t.nbytes();
   if (bytes == 0) {
@@ -803,26 +900,27 @@ inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> s
   return t;
 }
 
-inline void OrchestratorBase::compact_frame() noexcept {
-  const auto d = static_cast<std::size_t>(depth_ - 1);
+inline std::uint32_t OrchestratorBase::compact_frame(std::size_t d) noexcept {
   auto& frame = frames_[d];
   std::size_t kept = 0;
+  std::uint32_t unfinished = 0;
   for (const TaskSlot id : frame) {
     Slot& s = core_.pool.at(id);
     // Finished (acquire: its outcome is final once its consumer list is closed), succeeded, and
     // no heap bytes that a later task of this scope may still use: the scope's reference is all
     // that keeps the slot, and nothing needs it any more. A failed task stays in the TensorMap
     // until the scope ends, so the readers submitted after it are still skipped.
-    if (s.heap_ring < 0 && s.consumers.load(std::memory_order_acquire) == detail::closed_list() &&
-        !s.failed.load(std::memory_order_relaxed)) {
+    const bool finished = s.consumers.load(std::memory_order_acquire) == detail::closed_list();
+    if (finished && s.heap_ring < 0 && !s.failed.load(std::memory_order_relaxed)) {
       release_ref(s);
     } else {
+      unfinished += finished ? 0U : 1U;
       frame[kept++] = id;
     }
   }
   frame.resize(kept);
   frame_compact_at_[d] = std::max(kFrameCompactMin, 2 * kept);
-  drain_retired();
+  return unfinished;
 }
 
 inline void OrchestratorBase::scope_begin() {
@@ -943,14 +1041,9 @@ inline int OrchestratorBase::finish_run() noexcept {
   for (;;) {
     drain_retired();
     if (core_.pool.live() == 0) break;
-    const bool idle = core_.orch_wake.await(
-        [this] {
-          // Order matters: a lane hands successors to the inbox before it leaves lane_local,
-          // and the scheduler clears sched_idle before it takes the inbox.
-          return core_.lane_local.load(std::memory_order_seq_cst) == 0 &&
-                 core_.ready_inbox.empty() && core_.sched_idle.load(std::memory_order_seq_cst);
-        },
-        core_.timing.spin, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    const bool idle =
+        core_.orch_wake.await([this] { return workers_idle(); }, core_.timing.spin,
+                              std::chrono::steady_clock::now() + std::chrono::seconds(1));
     if (idle) {
       drain_retired();
       if (core_.pool.live() == 0) break;

@@ -1,0 +1,266 @@
+// The task window (WorkerOptions::task_window): an orchestration that outruns its workers waits in
+// submit once that many tasks are alive, so a run's memory is bounded whatever its length, its
+// scopes, or its children. The wait ends when the workers catch up; it fails with a UsageError when
+// only ending a scope could make room, with a TimeoutError past heap_wait, and with the run's error
+// when a task fails meanwhile. Tasks accepted before any of these still run.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <simpler/simpler.hpp>
+
+#include "support/child_modes.hpp"
+#include "support/matchers.hpp"
+#include "support/recording_leaf.hpp"
+
+using namespace simpler;
+using namespace simpler::testing;
+
+namespace {
+
+/// Opened by the test; tasks that wait on it give up after 10 s, so a failing test cannot hang.
+struct Gate {
+  std::atomic<bool> open{false};
+  void wait() const {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!open.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+};
+
+WorkerOptions window_options(int subs, std::uint32_t window) {
+  WorkerOptions o = thread_options(subs);
+  o.task_window = window;
+  return o;
+}
+
+/// Submits `n` tasks of `h` (flat, or in inner scopes of `scope_len`), noting the most tasks
+/// alive right after each submit.
+std::uint32_t submit_many(Orchestrator& o, const CallableHandle& h, std::uint32_t n,
+                          std::uint32_t scope_len = 0) {
+  std::uint32_t most = 0;
+  for (std::uint32_t i = 0; i < n;) {
+    const std::uint32_t len = scope_len == 0 ? n : std::min(scope_len, n - i);
+    std::optional<OrchestratorBase::Scope> s;
+    if (scope_len != 0) s.emplace(o);
+    for (std::uint32_t j = 0; j < len; ++j, ++i) {
+      o.submit_sub(h, TaskArgs());
+      most = std::max(most, o.live_tasks());
+    }
+  }
+  return most;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("an orchestration that outruns its workers waits at the task window",
+                   "[engine][window]", InThreads, InProcesses) {
+  // Thread subs sleep per task; forked subs are slower than a submit anyway (a hand-off through
+  // shared memory per task), so without the window the live count would climb into the
+  // thousands.
+  constexpr std::uint32_t kWindow = 96;
+  WorkerOptions opts = options_for<TestType>(2);
+  opts.task_window = kWindow;
+  Worker w(opts);
+  auto slow = w.register_sub(
+      "slow", [](TaskArgsView) { std::this_thread::sleep_for(std::chrono::microseconds(30)); });
+  w.init();
+  constexpr std::uint32_t kTasks = 6000;
+  std::uint32_t most_flat = 0;
+  std::uint32_t most_scoped = 0;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    most_flat = submit_many(o, slow, kTasks);
+    most_scoped = submit_many(o, slow, kTasks, 1000);
+  });
+  INFO("most alive: flat " << most_flat << ", in scopes of 1000 " << most_scoped);
+  CHECK(most_flat <= kWindow);
+  CHECK(most_scoped <= kWindow);
+  // The window was reached, so the test did exercise the wait.
+  CHECK(most_flat == kWindow);
+  CHECK(w.orchestrator().slot_capacity() <= 1024);  // one chunk of slots
+  const WorkerStats st = w.stats();
+  CHECK(st.tasks_submitted == 2 * kTasks);
+  CHECK(st.tasks_completed == 2 * kTasks);
+  CHECK(w.orchestrator().live_tasks() == 0);
+}
+
+TEST_CASE("100k empty tasks on two forked subs stay within the task window",
+          "[engine][window][process][memory]") {
+  constexpr std::uint32_t kWindow = 2048;
+  WorkerOptions opts = options_for<InProcesses>(2);
+  opts.task_window = kWindow;
+  Worker w(opts);
+  auto empty = w.register_sub("empty", [](TaskArgsView) {});
+  w.init();
+  std::uint32_t most = 0;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    most = submit_many(o, empty, 100'000);
+  });
+  INFO("most alive " << most);
+  CHECK(most <= kWindow);
+  CHECK(w.orchestrator().slot_capacity() <= kWindow + 1024);
+  CHECK(w.stats().tasks_completed == 100'000);
+}
+
+TEST_CASE("a window of one still runs a chain in order", "[engine][window]") {
+  // Each task must finish and give its slot back before the next can even be submitted.
+  Worker w(window_options(2, 1));
+  auto inc = w.register_sub("inc", [](TaskArgsView v) { ++*v.tensor(0).as<std::int64_t>(); });
+  w.init();
+  std::int64_t word = 0;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    for (int i = 0; i < 500; ++i) {
+      o.submit_sub(inc, TaskArgs().add_tensor(make_tensor(&word, {1}, DataType::Int64),
+                                              TensorArgType::InOut));
+      CHECK(o.live_tasks() <= 1);
+    }
+  });
+  CHECK(word == 500);
+}
+
+TEST_CASE("a task window full of heap owners of open scopes is a UsageError naming the fix",
+          "[engine][window][bad-input]") {
+  constexpr std::uint32_t kWindow = 16;
+  Worker w(window_options(2, kWindow));
+  std::atomic<int> ran{0};
+  auto out = w.register_sub("out", [&](TaskArgsView v) {
+    *v.tensor(0).as<std::int64_t>() = 1;
+    ran.fetch_add(1);
+  });
+  w.init();
+  const auto output = [] {
+    return TaskArgs().add_tensor(make_tensor(nullptr, {1}, DataType::Int64), TensorArgType::Output);
+  };
+  SECTION("submit") {
+    bool threw = false;
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      // Each task owns its auto-allocated output until the run's scope ends.
+      for (std::uint32_t i = 0; i < kWindow; ++i) o.submit_sub(out, output());
+      CHECK_THROWS_MATCHES(o.submit_sub(out, output()), UsageError,
+                           WhatContains("task_window = 16") && WhatContains("inner scope"));
+      threw = true;
+      // An orch.alloc buffer needs a place in the window as well.
+      CHECK_THROWS_AS(o.alloc({1}, DataType::Int64), UsageError);
+    });
+    CHECK(threw);
+    CHECK(ran.load() == static_cast<int>(kWindow));  // nothing accepted was lost
+  }
+  SECTION("alloc") {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      for (std::uint32_t i = 0; i < kWindow; ++i) (void)o.alloc({4}, DataType::Int64);
+      CHECK_THROWS_MATCHES(o.alloc({4}, DataType::Int64), UsageError,
+                           WhatContains("Orchestrator::alloc") && WhatContains("task_window"));
+    });
+  }
+  SECTION("the same work in inner scopes fits") {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      for (int round = 0; round < 20; ++round) {
+        auto s = o.scope();
+        for (std::uint32_t i = 0; i < kWindow / 2; ++i) o.submit_sub(out, output());
+      }
+    });
+    CHECK(ran.load() == 20 * static_cast<int>(kWindow / 2));
+  }
+}
+
+TEST_CASE("a task window that stays full past heap_wait is a TimeoutError",
+          "[engine][window][timeout]") {
+  WorkerOptions opts = window_options(2, 4);
+  opts.heap_wait = std::chrono::milliseconds(300);
+  Worker w(opts);
+  Gate gate;
+  std::atomic<int> ran{0};
+  auto blocked = w.register_sub("blocked", [&](TaskArgsView) {
+    gate.wait();
+    ran.fetch_add(1);
+  });
+  w.init();
+  std::chrono::milliseconds waited{0};
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    for (int i = 0; i < 4; ++i) o.submit_sub(blocked, TaskArgs());
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_MATCHES(o.submit_sub(blocked, TaskArgs()), TimeoutError,
+                         WhatContains("task_window = 4") && WhatContains("300 ms") &&
+                             WhatContains("4 of them not finished"));
+    waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - t0);
+    gate.open.store(true);
+  });
+  CHECK(waited >= std::chrono::milliseconds(250));
+  CHECK(ran.load() == 4);
+  // The Worker is fine afterwards.
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    for (int i = 0; i < 10; ++i) o.submit_sub(blocked, TaskArgs());
+  });
+  CHECK(ran.load() == 14);
+}
+
+TEST_CASE("the run's deadline bounds a wait for the task window", "[engine][window][timeout]") {
+  WorkerOptions opts = window_options(1, 2);
+  opts.run_timeout = std::chrono::milliseconds(200);  // well before heap_wait (10 s)
+  Worker w(opts);
+  Gate gate;
+  auto blocked = w.register_sub("blocked", [&](TaskArgsView) { gate.wait(); });
+  w.init();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_MATCHES(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    struct Open {
+      Gate& g;
+      ~Open() { g.open.store(true); }
+    } open{gate};
+    for (int i = 0; i < 3; ++i) o.submit_sub(blocked, TaskArgs());
+  }),
+                       TimeoutError, WhatContains("deadline of 200 ms"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+}
+
+TEST_CASE("a task that fails while submit waits for the window ends the wait with its error",
+          "[engine][window][failure]") {
+  Worker w(window_options(2, 2));
+  Gate first;   // the failing task's
+  Gate second;  // the other task's: opened once the waiting submit threw (or after 3 s)
+  auto fails = w.register_sub("fails", [&](TaskArgsView) {
+    first.wait();
+    throw std::runtime_error("boom from the first task");
+  });
+  auto blocked = w.register_sub("blocked", [&](TaskArgsView) { second.wait(); });
+  w.init();
+  std::string caught;
+  std::jthread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    first.open.store(true);
+    for (int i = 0; i < 300 && !second.open.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    second.open.store(true);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_MATCHES(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_sub(fails, TaskArgs());
+    o.submit_sub(blocked, TaskArgs());
+    try {
+      o.submit_sub(blocked, TaskArgs());  // waits: two alive, and only the failing one ends
+    } catch (const TaskError& e) {
+      caught = e.what();
+      second.open.store(true);
+      throw;
+    }
+  }),
+                       TaskError, WhatContains("boom from the first task"));
+  CHECK(caught.find("boom from the first task") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(2500));
+}
+
+TEST_CASE("WorkerOptions::task_window out of range is refused", "[engine][window][bad-input]") {
+  WorkerOptions o = thread_options(1);
+  o.task_window = 0;
+  CHECK_THROWS_MATCHES(Worker(o), UsageError, WhatContains("WorkerOptions::task_window is 0"));
+  o.task_window = (std::uint32_t{1} << 24) + 1;
+  CHECK_THROWS_MATCHES(Worker(o), UsageError, WhatContains("it must be 1..16777216"));
+}
