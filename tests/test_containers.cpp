@@ -238,6 +238,77 @@ TEST_CASE("reserve and assign size a SmallVec as asked", "[containers]") {
   CHECK(contents(w) == (std::vector<int>{38, 39}));
 }
 
+TEST_CASE("a SmallVec without inline storage is a 16-byte header that grows on the heap",
+          "[containers]") {
+  static_assert(sizeof(SmallVec<Wide, 0>) == 16);
+  static_assert(sizeof(SmallVec<int, 0>) == 16);
+  SmallVec<int, 0> v;
+  CHECK(v.empty());
+  CHECK(v.capacity() == 0);
+  CHECK(v.data() == nullptr);
+  CHECK(v.begin() == v.end());
+  for (int i = 0; i < 1000; ++i) v.push_back(i * 3);
+  REQUIRE(v.size() == 1000);
+  for (std::size_t i = 0; i < v.size(); ++i) CHECK(v[i] == static_cast<int>(i) * 3);
+  CHECK(v.back() == 2997);
+  // A cleared (reused) one keeps its storage: refilling it up to that size allocates nothing.
+  const int* storage = v.data();
+  const std::size_t cap = v.capacity();
+  v.clear();
+  for (int i = 0; i < static_cast<int>(cap); ++i) v.push_back(-i);
+  CHECK(v.data() == storage);
+  v.resize_uninit(3);
+  CHECK(contents(v) == std::vector<int>{0, -1, -2});
+  v.pop_back();
+  CHECK(contents(v) == std::vector<int>{0, -1});
+  // Pushing its own element while full copies it first.
+  SmallVec<int, 0> w;
+  w.push_back(7);
+  while (w.size() < w.capacity()) w.push_back(1);
+  w.push_back(w[0]);
+  CHECK(w.back() == 7);
+}
+
+TEST_CASE("a SmallVec without inline storage copies, moves and keeps alignment", "[containers]") {
+  for (int n : {0, 1, 17}) {
+    INFO(n << " elements");
+    const auto src = filled<0>(n);
+    SmallVec<int, 0> copy(src);
+    CHECK(contents(copy) == iota(n));
+    if (n > 0) CHECK(copy.data() != src.data());
+    auto assigned = filled<0>(5, 900);
+    assigned = src;
+    CHECK(contents(assigned) == iota(n));
+    const auto& alias = assigned;
+    assigned = alias;
+    CHECK(contents(assigned) == iota(n));
+
+    auto from = filled<0>(n);
+    const int* storage = from.data();
+    SmallVec<int, 0> moved(std::move(from));
+    CHECK(contents(moved) == iota(n));
+    CHECK(moved.data() == storage);  // stolen, not copied
+    CHECK(from.empty());
+    CHECK(from.capacity() == 0);
+    from.push_back(4);  // reusable
+    CHECK(contents(from) == std::vector<int>{4});
+    auto target = filled<0>(3, 50);
+    target = std::move(moved);
+    CHECK(contents(target) == iota(n));
+    CHECK(moved.empty());
+  }
+  SmallVec<Wide, 0> wide;
+  for (std::uint64_t i = 0; i < 9; ++i) wide.push_back(Wide{i, i * 2});
+  CHECK(reinterpret_cast<std::uintptr_t>(wide.data()) % 32 == 0);
+  CHECK(wide[8].b == 16);
+  SmallVec<int, 0> sized;
+  sized.assign(iota(40).data(), 40);
+  CHECK(contents(sized) == iota(40));
+  sized.reserve(100);
+  CHECK(sized.capacity() >= 100);
+  CHECK(contents(sized) == iota(40));
+}
+
 // ---------------------------------------------------------------------------------------------
 // RingBuffer
 // ---------------------------------------------------------------------------------------------

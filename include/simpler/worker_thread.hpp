@@ -297,7 +297,7 @@ class WorkerThread : public detail::LaneCore {
         watched &&
         (c.timeout_ms != 0 || core_.run_deadline_ns.load(std::memory_order_relaxed) != 0);
     return same_role && (runs & kind_bit(c.callable_kind)) != 0 && !needs_watch && !c.is_group() &&
-           (c.targets[0] == any_worker || c.targets[0] == id) &&
+           (c.target(0) == any_worker || c.target(0) == id) &&
            !c.poisoned.load(std::memory_order_relaxed) && !core_.run.cancelled();
   }
 

@@ -394,21 +394,20 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   s.digest = callable.digest;
   s.run_id = core_.run.id();
   s.group_size = static_cast<std::uint32_t>(members.size());
-  s.targets.clear();
   s.tensors.clear();
   s.scalars.clear();
   s.members.clear();
   for (std::size_t m = 0; m < members.size(); ++m) {
     const TaskArgs& a = members[m];
     s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
-                         static_cast<std::uint32_t>(s.scalars.size())});
-    s.targets.push_back(targets.empty() ? any_worker : targets[m]);
+                         static_cast<std::uint32_t>(s.scalars.size()),
+                         targets.empty() ? any_worker : targets[m]});
     const TaskArgsView v = a.view();
     for (std::int32_t i = 0; i < v.tensor_count; ++i) s.tensors.push_back(v.tensors[i]);
     for (std::int32_t i = 0; i < v.scalar_count; ++i) s.scalars.push_back(v.scalars[i]);
   }
-  s.members.push_back(
-      {static_cast<std::uint32_t>(s.tensors.size()), static_cast<std::uint32_t>(s.scalars.size())});
+  s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
+                       static_cast<std::uint32_t>(s.scalars.size()), any_worker});
   s.has_config = custom_config;
   s.timeout_ms =
       detail::clamp_ms(config.timeout.count() > 0 ? config.timeout : core_.timing.task_timeout);
@@ -419,7 +418,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
 
   SubmitResult result;
   if (heap) {
-    s.heap_ring = ring;
+    s.heap_ring = static_cast<std::int8_t>(ring);
     s.heap_seq = heap->seq;
     heaps_[ring].set_owner(heap->seq, s.id);
     std::byte* p = heaps_[ring].base() + heap->offset;
@@ -457,7 +456,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   std::size_t k = 0;
   for (std::size_t m = 0; m < members.size(); ++m) {
     const TaskArgs& a = members[m];
-    const WorkerId target = s.targets[m];
+    const WorkerId target = s.target(m);
     for (std::int32_t i = 0; i < a.tensor_count(); ++i, ++k) {
       const ContinuousTensor& t = s.tensors[k];
       const TensorArgType tag = a.tag(i);
@@ -884,7 +883,7 @@ inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> s
   t.data = reinterpret_cast<std::uintptr_t>(heaps_[ring].base() + a.offset);
   s.run_id = core_.run.id();
   s.trace_id = 0;  // not a task: no node, and no edge from it
-  s.heap_ring = ring;
+  s.heap_ring = static_cast<std::int8_t>(ring);
   s.heap_seq = a.seq;
   s.has_config = false;
   // A finished producer with only its scope's reference: readers add theirs.

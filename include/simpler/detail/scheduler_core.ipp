@@ -286,10 +286,10 @@ inline void SchedulerCore::route(Slot& s) {
   ++queued_;
   if (s.is_group()) {
     q.groups.push_back(s.id);
-  } else if (s.targets[0] == any_worker) {
+  } else if (s.target(0) == any_worker) {
     q.any[static_cast<std::size_t>(s.callable_kind)].push_back(s.id);
   } else {
-    q.directed[static_cast<std::size_t>(s.targets[0])].push_back(s.id);
+    q.directed[static_cast<std::size_t>(s.target(0))].push_back(s.id);
   }
 }
 
@@ -378,10 +378,10 @@ inline void SchedulerCore::dispatch(RoleQueues& q) {
       continue;
     }
     const std::uint32_t n = s.group_size;
-    if (s.targets[0] != any_worker) {
+    if (s.target(0) != any_worker) {
       const LaneCore* lost = nullptr;
       for (std::uint32_t m = 0; m < n && lost == nullptr; ++m) {
-        const LaneCore* l = lanes[static_cast<std::size_t>(s.targets[m])];
+        const LaneCore* l = lanes[static_cast<std::size_t>(s.target(m))];
         if (l->lost.load(std::memory_order_relaxed)) lost = l;
       }
       if (lost != nullptr) {
@@ -391,17 +391,17 @@ inline void SchedulerCore::dispatch(RoleQueues& q) {
       }
       bool all_idle = true;
       for (std::uint32_t m = 0; m < n; ++m) {
-        all_idle = all_idle && lanes[static_cast<std::size_t>(s.targets[m])]->idle();
+        all_idle = all_idle && lanes[static_cast<std::size_t>(s.target(m))]->idle();
       }
       if (!all_idle) {
         for (std::uint32_t m = 0; m < n; ++m) {
-          lanes[static_cast<std::size_t>(s.targets[m])]->reserved = true;
+          lanes[static_cast<std::size_t>(s.target(m))]->reserved = true;
         }
         break;
       }
       pop(q.groups);
       for (std::uint32_t m = 0; m < n; ++m) {
-        post(*lanes[static_cast<std::size_t>(s.targets[m])], s, m);
+        post(*lanes[static_cast<std::size_t>(s.target(m))], s, m);
       }
       continue;
     }

@@ -46,10 +46,12 @@ struct OutputRange {
   std::uint64_t end;
 };
 
-/// Where a member's arguments start inside the slot's concatenated argument arrays.
+/// One member of a task: the worker it goes to, and where its arguments start inside the slot's
+/// concatenated argument arrays.
 struct MemberArgs {
   std::uint32_t tensor_begin;
   std::uint32_t scalar_begin;
+  WorkerId target;  ///< any_worker = the scheduler picks (unused in the closing entry)
 };
 
 /// Sentinel closing a producer's consumer list: the producer has finished, late consumers must
@@ -59,57 +61,63 @@ inline Edge* closed_list() noexcept {
   return &sentinel;
 }
 
+/// A pending task's record. Kept small (184 bytes; a task's tensors, scalars and edges live in
+/// arrays that a reused slot keeps), since a run holds one per task in flight: fields are ordered
+/// so that none needs padding.
 struct Slot {
   // ---- task data: written by the Orchestrator while Building, read-only after publication.
-  Role role = Role::Sub;
-  CallableKind callable_kind = CallableKind::Sub;  // what runs it (routing field)
-  std::uint32_t callable_index = 0;
   std::uint64_t digest = 0;
+  std::unique_ptr<CallConfig> config;     // kept across reuse; valid when has_config
+  SmallVec<MemberArgs, 0> members;        // group_size + 1 entries (the last one closes)
+  SmallVec<ContinuousTensor, 0> tensors;  // all members' tensors, concatenated
+  SmallVec<std::uint64_t, 0> scalars;     // all members' scalars, concatenated
+  std::uint32_t callable_index = 0;
   std::uint32_t run_id = 0;
   std::uint32_t group_size = 1;
-  SmallVec<WorkerId, 2> targets;          // per member; any_worker = scheduler picks
-  SmallVec<ContinuousTensor, 2> tensors;  // all members' tensors, concatenated
-  SmallVec<std::uint64_t, 2> scalars;     // all members' scalars, concatenated
-  SmallVec<MemberArgs, 1> members;        // group_size + 1 entries (last = end)
-  std::unique_ptr<CallConfig> config;     // kept across reuse; valid when has_config
-  bool has_config = false;
   std::uint32_t timeout_ms = 0;  // deadline from the task's start; 0 = none (routing field)
   std::uint32_t trace_id = 0;    // 1-based id in its run when traced (or dep_gen), else 0
+  Role role = Role::Sub;
+  CallableKind callable_kind = CallableKind::Sub;  // what runs it (routing field)
+  bool has_config = false;
 
   // ---- dependency state, shared between threads.
+  /// Set when a producer failed; the task is then skipped instead of run.
+  std::atomic<bool> poisoned{false};
+  /// Set (before closing `consumers`) when this task did not succeed.
+  std::atomic<bool> failed{false};
+  /// For observation (tests, diagnostics); transitions are driven by the words below.
+  std::atomic<TaskState> state{TaskState::Free};
+
+  std::int8_t heap_ring = -1;                // Orchestrator: ring of its auto-allocated bytes
+  Outcome group_outcome = Outcome::Success;  // Scheduler: a group's outcome so far
+
   /// Producers still to finish + 1 while the Orchestrator is wiring. Whoever takes it to 0 makes
   /// the task ready (exactly one thread does).
   std::atomic<std::int32_t> pending{0};
   /// References keeping this slot (and its heap bytes) alive: its own (until terminal), its
   /// scope's, and one per consumer wired to it. Whoever takes it to 0 retires the slot.
   std::atomic<std::int32_t> refs{0};
+  TaskSlot id = kInvalidSlot;
   /// Consumers waiting on this task; closed_list() once the task finished.
   std::atomic<Edge*> consumers{nullptr};
-  /// Set when a producer failed; the task is then skipped instead of run.
-  std::atomic<bool> poisoned{false};
-  /// Set (before closing `consumers`) when this task did not succeed.
-  std::atomic<bool> failed{false};
-  /// For observation (tests, diagnostics); transitions are driven by the words above.
-  std::atomic<TaskState> state{TaskState::Free};
 
   // ---- Orchestrator-private bookkeeping.
-  SmallVec<Edge, 2> edges;           // this task's edges as a consumer
-  SmallVec<TaskSlot, 2> producers;   // producers and heap owners it holds a reference on
-  SmallVec<OutputRange, 2> outputs;  // TensorMap entries to erase at retire
-  std::int32_t heap_ring = -1;       // heap ring holding its auto-allocated bytes, or -1
-  std::uint64_t heap_seq = 0;        // allocation record in that ring
+  SmallVec<Edge, 0> edges;           // this task's edges as a consumer
+  SmallVec<TaskSlot, 0> producers;   // producers and heap owners it holds a reference on
+  SmallVec<OutputRange, 0> outputs;  // TensorMap entries to erase at retire
+  std::uint64_t heap_seq = 0;        // allocation record in heap ring `heap_ring`
   std::uint32_t gen = 0;             // bumped at each retire: tells TensorMap readers apart
 
-  // ---- Scheduler-private bookkeeping for groups.
-  std::uint32_t members_done = 0;
-  Outcome group_outcome = Outcome::Success;
+  std::uint32_t members_done = 0;  // Scheduler: a group's members that ended
 
   /// Intrusive link for the lock-free hand-off stacks (ready inbox, retire inbox).
   Slot* next = nullptr;
-  TaskSlot id = kInvalidSlot;
 
   [[nodiscard]] bool is_group() const noexcept { return group_size > 1; }
+  /// The worker member `m` goes to (any_worker: the scheduler picks).
+  [[nodiscard]] WorkerId target(std::size_t m) const noexcept { return members[m].target; }
 };
+static_assert(sizeof(Slot) <= 192, "a pending task's record must stay within 192 bytes");
 
 /// Fixed-capacity table of stable slot chunks plus a free list. alloc/free are called by the
 /// Orchestrator thread only; at() may be called by any thread for a slot id it received through
