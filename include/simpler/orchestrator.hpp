@@ -245,6 +245,9 @@ class OrchestratorBase {
   std::array<std::vector<TaskSlot>, kMaxScopeDepth> frames_;
   /// A frame is compacted (its finished tasks give their slots back) when it reaches this size.
   static constexpr std::size_t kFrameCompactMin = 1024;
+  /// At most this many tasks alive: the run's fence wakes on each retirement, not only when the
+  /// scheduler goes idle.
+  static constexpr std::uint32_t kFenceFewTasks = 8;
   std::array<std::size_t, kMaxScopeDepth> frame_compact_at_{};
   /// Per heap ring, its next allocation sequence when the outermost scope still open that uses
   /// it began: a live allocation at or past it can only come back when that scope ends.

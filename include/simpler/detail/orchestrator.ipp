@@ -1036,20 +1036,23 @@ inline int OrchestratorBase::finish_run() noexcept {
   }
   // The run's fence: every task it submitted has finished and released its last reference.
   // Sleep until the scheduler is idle with nothing left in its inbox (then every published task
-  // has finished: a task still waiting would need a running producer), then collect.
+  // has finished: a task still waiting would need a running producer), then collect. With only
+  // a few tasks left, their retirements end the wait too: the last one is seen while spinning,
+  // one hand-off after the task ends rather than two (through the scheduler). Not with many:
+  // spinning once per retirement would take the cores the workers need.
   for (;;) {
     drain_retired();
     if (core_.pool.live() == 0) break;
-    const bool idle =
-        core_.orch_wake.await([this] { return workers_idle(); }, core_.timing.spin,
-                              std::chrono::steady_clock::now() + std::chrono::seconds(1));
-    if (idle) {
-      drain_retired();
-      if (core_.pool.live() == 0) break;
-      // Idle yet something unretired: its retirement is in flight; wait for it specifically.
-      core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
-                            std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
-    }
+    const bool few = core_.pool.live() <= kFenceFewTasks;
+    core_.orch_wake.await(
+        [this, few] { return (few && !core_.retire_inbox.empty()) || workers_idle(); },
+        core_.timing.spin, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    if (!core_.retire_inbox.empty() || !workers_idle()) continue;
+    drain_retired();
+    if (core_.pool.live() == 0) break;
+    // Idle yet something unretired: its retirement is in flight; wait for it specifically.
+    core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
+                          std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
   }
   // Every task retired: what is left are readers of retired tasks (their writers' entries went
   // at retire). The next run starts from an empty map.
