@@ -1039,17 +1039,20 @@ inline int OrchestratorBase::finish_run() noexcept {
   // has finished: a task still waiting would need a running producer), then collect. With only
   // a few tasks left, their retirements end the wait too: the last one is seen while spinning,
   // one hand-off after the task ends rather than two (through the scheduler). Not with many:
-  // spinning once per retirement would take the cores the workers need.
+  // spinning once per retirement would take the cores the workers need. A traced run also waits
+  // for the scheduler to go idle: its last pass may still be recording events.
+  const bool traced = trace_level_ != 0 || dag_ != nullptr;
+  const auto done = [&] { return core_.pool.live() == 0 && (!traced || workers_idle()); };
   for (;;) {
     drain_retired();
-    if (core_.pool.live() == 0) break;
-    const bool few = core_.pool.live() <= kFenceFewTasks;
+    if (done()) break;
+    const bool few = !traced && core_.pool.live() <= kFenceFewTasks;
     core_.orch_wake.await(
         [this, few] { return (few && !core_.retire_inbox.empty()) || workers_idle(); },
         core_.timing.spin, std::chrono::steady_clock::now() + std::chrono::seconds(1));
     if (!core_.retire_inbox.empty() || !workers_idle()) continue;
     drain_retired();
-    if (core_.pool.live() == 0) break;
+    if (done()) break;
     // Idle yet something unretired: its retirement is in flight; wait for it specifically.
     core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
                           std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
