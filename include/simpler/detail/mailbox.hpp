@@ -1,12 +1,13 @@
 // simpler::detail::Mailbox — the shared-memory frame between a lane and its forked child.
 //
-// One request at a time: a task or a control command. The state word is the publication point:
-// the writer stores the payload with plain stores, then stores the state (seq_cst, so the
-// EventCount notify that follows cannot miss a sleeper); the reader loads the state, then reads
-// the payload. The parent owns Ready -> TaskReady, Ready -> ControlRequest and -> Shutdown; the
-// child owns Starting -> Ready | InitFailed, TaskReady -> TaskDone and ControlRequest ->
-// ControlDone. Lives in an anonymous shared mapping made before fork (detail::SharedRegion);
-// both processes use the same object.
+// Start-up, shutdown and control commands go through the state word of the first (control)
+// frame, one at a time; tasks go through a ring of further frames (the counters at the end of the
+// header), several in flight. The state word and the ring counters are the publication points:
+// the writer stores the payload with plain stores, then the word (seq_cst, so the EventCount
+// notify that follows cannot miss a sleeper); the reader loads the word, then reads the payload.
+// The parent owns Ready -> ControlRequest and -> Shutdown; the child owns Starting -> Ready |
+// InitFailed and ControlRequest -> ControlDone. Lives in an anonymous shared mapping made before
+// fork (detail::SharedRegion); both processes use the same object.
 #pragma once
 
 #include <atomic>
@@ -23,9 +24,9 @@
 namespace simpler::detail {
 
 enum class MailboxState : std::uint32_t {
-  Starting = 0,  ///< forked, not ready yet
-  Ready = 1,     ///< idle, waiting for a task
-  TaskReady = 2,
+  Starting = 0,   ///< forked, not ready yet
+  Ready = 1,      ///< idle, waiting for a task
+  TaskReady = 2,  ///< unused since tasks travel in the ring (kept: the values are the wire)
   TaskDone = 3,
   Shutdown = 4,
   InitFailed = 5,
@@ -66,6 +67,17 @@ struct MailboxHeader {
   std::int64_t trace_begin_ns = 0;
   std::int64_t trace_end_ns = 0;
   std::uint64_t trace_lost = 0;
+  // The task ring (used in the control frame only; see ForkShmTransport). Task frames follow the
+  // control frame in the same mapping; frame i carries task number i modulo their count. The
+  // parent publishes task n by storing sent = n + 1 (seq_cst, after the frame's plain stores),
+  // the child answers it by storing answered = n + 1 (seq_cst, after the answer's plain stores),
+  // so each side reads a frame only after the other's store of the counter published it.
+  // `wanted` is the task the parent waits for (or last waited for): the child wakes the parent
+  // only when it answers that task, so a batch of answers costs one wake, not one per task.
+  // Parent-written and child-written counters sit on different cache lines.
+  alignas(64) std::atomic<std::uint32_t> sent{0};
+  std::atomic<std::uint32_t> wanted{0};
+  alignas(64) std::atomic<std::uint32_t> answered{0};
 };
 
 inline constexpr std::size_t kMailboxBytes = std::size_t{64} << 10;

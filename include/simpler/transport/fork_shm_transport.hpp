@@ -4,20 +4,31 @@
 // launch() maps the mailbox and forks; it must run before any engine thread exists (the
 // Scheduler launches every lane before it starts a thread). The child dies with its parent
 // (PR_SET_PDEATHSIG plus a parent check whenever it idles), starts with the kernel libraries'
-// thread counts at 1 unless the user set them (detail::limit_library_threads), runs one request
-// at a time, and never returns into the parent's stack: it always ends with _exit. Both sides
-// spin briefly and then sleep on a futex in the mailbox, so an idle child and an idle lane use no
-// CPU. Every request (start-up, a task, a control command) waits for the child's answer in one
-// place (wait_for_child), which checks every 10 ms that the child is alive: a dead child ends the
-// request with an error naming the child and its signal, and every later request on this
-// endpoint fails the same way (the scheduler stops giving it shared work). Failures cross the
-// mailbox as {kind, code, message} (a Fault), so a device status raised in the child reaches the
-// TaskError the user catches.
+// thread counts at 1 unless the user set them (detail::limit_library_threads), runs tasks one
+// after another in the order they were sent, and never returns into the parent's stack: it always
+// ends with _exit.
+//
+// The endpoint pipelines (Pipelines): up to kWindow tasks are in flight per child, each in its
+// own frame of a ring in the mapping, so the child runs the next task while the lane publishes
+// the previous outcome, and drains every frame it finds before it sleeps. Both sides spin briefly
+// and then sleep on a futex in the mailbox, so an idle child and an idle lane use no CPU; a wake
+// is sent only to a side that waits for what was just published (the parent wakes the child once
+// per batch, the child wakes the parent only for the task it waits for). A task with a deadline
+// goes out only to an idle child, so its deadline counts from when it starts.
+//
+// Every wait for the child (start-up, a task's answer, a control command) checks every 10 ms
+// that the child is alive: a dead child ends the request with an error naming the child and its
+// signal; every task in flight then ends with an EndpointFailure saying whether it was running
+// or still queued (a task the child answered before it died keeps its answer), and every later
+// request on this endpoint fails the same way (the scheduler stops giving it shared work).
+// Failures cross the mailbox as {kind, code, message} (a Fault), so a device status raised in
+// the child reaches the TaskError the user catches.
 #pragma once
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -83,6 +94,8 @@ struct ForkShmTransport {
   static constexpr std::chrono::milliseconds kControlDeadline{60'000};
   static constexpr std::chrono::milliseconds kShutdownGrace{5'000};
   static constexpr std::chrono::microseconds kSpin{20};
+  /// Tasks in flight per child at most (frames in the ring).
+  static constexpr std::uint32_t kWindow = 8;
 
   template <class L>
   class Endpoint {
@@ -97,11 +110,14 @@ struct ForkShmTransport {
     /// SystemError when the mailbox cannot be mapped or fork fails.
     void launch() {
       region_ = detail::SharedRegion(
-          detail::kMailboxBytes,
+          kRegionBytes,
           fmt::format("ForkShmTransport: mmap of the {}-byte mailbox of a forked child (shared "
                       "memory; free some, or start fewer children)",
-                      detail::kMailboxBytes));
+                      kRegionBytes));
       box_ = new (region_.data()) detail::MailboxHeader();
+      for (std::uint32_t i = 0; i < kWindow; ++i) {
+        new (region_.data() + detail::kMailboxBytes * (1 + i)) detail::MailboxHeader();
+      }
       const pid_t parent = ::getpid();
       const pid_t pid = ::fork();
       if (pid < 0) {
@@ -139,52 +155,127 @@ struct ForkShmTransport {
           fmt::format("ForkShmTransport: the child failed to start: {}", why.message));
     }
 
+    /// Runs one task: send() and then receive() (call it with no task in flight).
     Outcome execute(const LeafRequest& r, Fault& fault) noexcept {
+      Outcome refused = Outcome::EndpointFailure;
+      if (!send(r, refused, fault)) return refused;
+      return receive(fault);
+    }
+
+    /// Tasks in flight at most (Pipelines).
+    [[nodiscard]] std::uint32_t window() const noexcept { return kWindow; }
+
+    /// Hands a task to the child without waiting for it (Pipelines); at most window() may be in
+    /// flight. False when it did not go out: `refused` says how it ended (EndpointFailure: the
+    /// child is gone, or the task's deadline passed before it could start; TaskFailure: its
+    /// arguments do not fit a frame, the lane stays usable) and `fault` why. A task with a
+    /// deadline first waits for the tasks in flight (each by its own deadline), so it starts at
+    /// once. r.trace, when set, must stay valid until receive() returns its outcome.
+    bool send(const LeafRequest& r, Outcome& refused, Fault& fault) noexcept {
       if (pid_ < 0) {
+        refused = Outcome::EndpointFailure;
         fault.set(ErrorKind::Transport, 0, fmt::format("its child process is gone ({})", death_));
-        return Outcome::EndpointFailure;
-      }
-      if (r.deadline != std::chrono::steady_clock::time_point::max() &&
-          std::chrono::steady_clock::now() >= r.deadline) {
-        fault.set(ErrorKind::Timeout, 0,
-                  fmt::format("{} passed before the task could start; it was not sent",
-                              detail::describe_deadline(r)));
-        return Outcome::EndpointFailure;  // the child is idle and healthy
+        return false;
       }
       const std::size_t need = args_blob_size(r.args);
       if (need > detail::kMailboxBlobCapacity) {
+        refused = Outcome::TaskFailure;  // nothing was sent: the lane stays usable
         fault.set(ErrorKind::Usage, 0,
                   fmt::format("args blob of {} bytes exceeds the mailbox capacity of {} bytes "
                               "({} tensors, {} scalars); pass fewer arguments",
                               need, detail::kMailboxBlobCapacity, r.args.tensor_count,
                               r.args.scalar_count));
-        return Outcome::TaskFailure;  // nothing was sent: the lane stays usable
+        return false;
       }
-      box_->digest = r.digest;
-      box_->index_hint = r.index_hint;
-      box_->config = *r.config;
-      box_->trace_level = r.trace != nullptr ? r.trace->level : 0;
-      box_->blob_bytes = static_cast<std::uint32_t>(need);
-      encode_args_blob(r.args, std::span<std::byte>(blob(), need));
-      post(detail::MailboxState::TaskReady);
-      switch (wait_for_child(detail::MailboxState::TaskReady, r.deadline,
-                             "was killed when its task passed its deadline")) {
-        case Wait::Answered:
-          break;
-        case Wait::Died:
-          fault.set(ErrorKind::Transport, 0,
-                    fmt::format("its child process {} while running the task", death_));
-          return Outcome::EndpointFailure;
-        case Wait::TimedOut:
+      if (sent_ - received_ >= kWindow) {
+        refused = Outcome::TaskFailure;  // a lane that ignores window(): nothing was sent
+        fault.set(ErrorKind::Usage, 0,
+                  fmt::format("{} tasks are already in flight to this child (the window); the "
+                              "task was not sent",
+                              kWindow));
+        return false;
+      }
+      const bool timed = r.deadline != std::chrono::steady_clock::time_point::max();
+      if (timed) {
+        // Its deadline counts from now: it must not queue behind other tasks.
+        for (std::uint32_t seq = received_; seq != sent_; ++seq) {
+          if (answered(seq)) continue;
+          if (wait_answered(seq) != Wait::Answered) {
+            refused = Outcome::EndpointFailure;
+            fault.set(ErrorKind::Transport, 0,
+                      fmt::format("its child process {} before the task was sent", death_));
+            return false;
+          }
+        }
+        if (std::chrono::steady_clock::now() >= r.deadline) {
+          refused = Outcome::EndpointFailure;  // the child is idle and healthy
           fault.set(ErrorKind::Timeout, 0,
-                    fmt::format("the task did not finish within {}; its child process (pid {}) "
-                                "was killed and this worker is lost",
-                                detail::describe_deadline(r), killed_pid_));
-          return Outcome::EndpointFailure;
+                    fmt::format("{} passed before the task could start; it was not sent",
+                                detail::describe_deadline(r)));
+          return false;
+        }
       }
-      if (r.trace != nullptr) [[unlikely]]
-        take_trace(*r.trace);
-      return take_answer(fault) ? Outcome::Success : Outcome::TaskFailure;
+      detail::MailboxHeader& f = frame(sent_);
+      f.digest = r.digest;
+      f.index_hint = r.index_hint;
+      f.config = *r.config;
+      f.trace_level = r.trace != nullptr ? r.trace->level : 0;
+      f.blob_bytes = static_cast<std::uint32_t>(need);
+      encode_args_blob(r.args, std::span<std::byte>(frame_blob(sent_), need));
+      pending_[sent_ % kWindow] = Pending{r.deadline, r.deadline_ms, r.run_deadline, r.trace};
+      ++sent_;
+      box_->sent.store(sent_, std::memory_order_seq_cst);  // publishes the frame
+      // Wake the child unless a wake this batch is still pending: it was sent after an earlier
+      // frame while the child had answered `woke_at_`, and the child has answered nothing since,
+      // so it has not yet looked at the ring again and will find this frame when it does (it
+      // reads `sent` after its next store of `answered`, which comes after our load below).
+      const std::uint32_t a = box_->answered.load(std::memory_order_seq_cst);
+      if (!woke_ || a != woke_at_) {
+        box_->to_child.notify_all();
+        woke_ = true;
+        woke_at_ = a;
+      }
+      return true;
+    }
+
+    /// Waits for the oldest task in flight and says how it ended (Pipelines): in the order the
+    /// tasks were sent. A task the child answered keeps its answer even when the child died
+    /// afterwards; one it did not answer ends with EndpointFailure (the child died while running
+    /// it or before it started, or was killed at its deadline).
+    Outcome receive(Fault& fault) noexcept {
+      if (received_ == sent_) {
+        fault.set(ErrorKind::Usage, 0, "receive() with no task in flight");
+        return Outcome::EndpointFailure;
+      }
+      const std::uint32_t seq = received_++;
+      const Pending& p = pending_[seq % kWindow];
+      if (!answered(seq)) {
+        const Wait w = pid_ < 0 ? Wait::Died : wait_answered(seq);
+        if (w != Wait::Answered) {
+          if (killed_at_deadline_ && seq == killed_seq_) {
+            fault.set(
+                ErrorKind::Timeout, 0,
+                fmt::format("the task did not finish within {}; its child process (pid {}) "
+                            "was killed and this worker is lost",
+                            detail::describe_deadline(p.deadline_ms, p.run_deadline), killed_pid_));
+          } else if (seq == first_unanswered_) {
+            fault.set(ErrorKind::Transport, 0,
+                      fmt::format("its child process {} while running the task", death_));
+          } else {
+            fault.set(ErrorKind::Transport, 0,
+                      fmt::format("its child process {} before the task started ({} ahead of it "
+                                  "in flight)",
+                                  death_, seq - first_unanswered_));
+          }
+          return Outcome::EndpointFailure;
+        }
+      }
+      detail::MailboxHeader& f = frame(seq);
+      if (p.trace != nullptr) [[unlikely]]
+        take_trace(f, frame_blob(seq), *p.trace);
+      const bool ok = f.error == 0;
+      if (!ok) detail::read_frame_error(f, fault);
+      return ok ? Outcome::Success : Outcome::TaskFailure;
     }
 
     /// Sends a control command to the child between tasks (never while a task runs on this
@@ -292,21 +383,44 @@ struct ForkShmTransport {
       box_->to_child.notify_all();
     }
 
-    /// The one wait of every request: until the child moves the mailbox out of `asked` (the
-    /// state the parent published), checking every kLivenessTick that it is alive. Died: it
-    /// ended (death_ says how; the endpoint is dead). TimedOut: `deadline` passed and it was
-    /// killed and reaped (death_ = `why_killed`, killed_pid_ = its pid; the endpoint is dead).
+    /// The wait for a start-up or control answer: until the child moves the mailbox out of
+    /// `asked` (the state the parent published); see wait_until.
     Wait wait_for_child(detail::MailboxState asked, std::chrono::steady_clock::time_point deadline,
                         const char* why_killed) noexcept {
+      return wait_until([&] { return box_->state.load(std::memory_order_seq_cst) != asked; },
+                        deadline, why_killed);
+    }
+
+    /// The wait for task `seq` (the oldest unanswered one) by its own deadline; see wait_until.
+    /// The child wakes us only for the task in `wanted`, so that is published first.
+    Wait wait_answered(std::uint32_t seq) noexcept {
+      box_->wanted.store(seq, std::memory_order_seq_cst);
+      const Wait w = wait_until([&] { return answered(seq); }, pending_[seq % kWindow].deadline,
+                                "was killed when its task passed its deadline");
+      if (w == Wait::TimedOut) {
+        killed_seq_ = seq;
+        killed_at_deadline_ = true;
+      }
+      return w;
+    }
+
+    /// The one wait of every request: until `ready()` (seq_cst loads of what the child
+    /// publishes), checking every kLivenessTick that the child is alive. Died: it ended (death_
+    /// says how; the endpoint is dead). TimedOut: `deadline` passed and it was killed and reaped
+    /// (death_ = `why_killed`, killed_pid_ = its pid; the endpoint is dead). Either way
+    /// first_unanswered_ is the first task the child did not answer.
+    template <class Ready>
+    Wait wait_until(Ready&& ready, std::chrono::steady_clock::time_point deadline,
+                    const char* why_killed) noexcept {
       for (;;) {
-        const bool answered = box_->to_parent.await(
-            [&] { return box_->state.load(std::memory_order_seq_cst) != asked; }, kSpin,
-            std::min(std::chrono::steady_clock::now() + kLivenessTick, deadline));
-        if (answered) return Wait::Answered;
+        const bool got = box_->to_parent.await(
+            ready, kSpin, std::min(std::chrono::steady_clock::now() + kLivenessTick, deadline));
+        if (got) return Wait::Answered;
         if (auto how = detail::poll_exit(pid_)) {
           log(LogLevel::Warn, "the child of {} (pid {}) died: {}", pid_, *how);
           pid_ = -1;
           set(death_, std::move(*how));
+          first_unanswered_ = box_->answered.load(std::memory_order_seq_cst);
           return Wait::Died;
         }
         if (std::chrono::steady_clock::now() >= deadline) {
@@ -315,13 +429,30 @@ struct ForkShmTransport {
           detail::kill_and_reap(pid_);
           pid_ = -1;
           set(death_, why_killed);
+          first_unanswered_ = box_->answered.load(std::memory_order_seq_cst);
           return Wait::TimedOut;
         }
       }
     }
 
-    /// Reads the child's answer to a task or control command (its failure into `fault`) and
-    /// makes the mailbox idle again. True on success.
+    /// Whether the child answered task `seq` (answers come in order). The seq_cst load makes the
+    /// frame's answer visible.
+    [[nodiscard]] bool answered(std::uint32_t seq) const noexcept {
+      return static_cast<std::int32_t>(box_->answered.load(std::memory_order_seq_cst) - seq) > 0;
+    }
+
+    /// Task `seq`'s frame and its blob area.
+    [[nodiscard]] detail::MailboxHeader& frame(std::uint32_t seq) const noexcept {
+      return *std::launder(reinterpret_cast<detail::MailboxHeader*>(
+          region_.data() + detail::kMailboxBytes * (1 + seq % kWindow)));
+    }
+    [[nodiscard]] std::byte* frame_blob(std::uint32_t seq) const noexcept {
+      return region_.data() + detail::kMailboxBytes * (1 + seq % kWindow) +
+             detail::kMailboxBlobOffset;
+    }
+
+    /// Reads the child's answer to a control command (its failure into `fault`) and makes the
+    /// mailbox idle again. True on success.
     bool take_answer(Fault& fault) noexcept {
       const bool ok = box_->error == 0;
       if (!ok) detail::read_frame_error(*box_, fault);
@@ -331,18 +462,19 @@ struct ForkShmTransport {
     }
 
     /// A traced task's times and nested trace, as the child left them in the mailbox.
-    void take_trace(detail::TraceReply& t) noexcept {
-      t.begin_ns = box_->trace_begin_ns;
-      t.end_ns = box_->trace_end_ns;
-      t.nested_dropped += box_->trace_lost;
-      const std::uint32_t n = box_->trace_bytes;
+    static void take_trace(const detail::MailboxHeader& f, const std::byte* blob,
+                           detail::TraceReply& t) noexcept {
+      t.begin_ns = f.trace_begin_ns;
+      t.end_ns = f.trace_end_ns;
+      t.nested_dropped += f.trace_lost;
+      const std::uint32_t n = f.trace_bytes;
       if (n == 0) return;
       if (n > detail::kMailboxBlobCapacity) {
         ++t.nested_dropped;  // a malformed answer: not read
         return;
       }
       try {
-        t.nested.assign(blob(), blob() + n);
+        t.nested.assign(blob, blob + n);
       } catch (...) {
         ++t.nested_dropped;
       }
@@ -375,17 +507,33 @@ struct ForkShmTransport {
         }
       }
       answer(detail::MailboxState::Ready);
+      std::uint32_t served = 0;  // tasks answered (the child's copy of box_->answered)
       for (;;) {
         const bool got = box_->to_child.await(
-            [this] {
+            [&] {
+              if (box_->sent.load(std::memory_order_seq_cst) != served) return true;
               const auto s = box_->state.load(std::memory_order_seq_cst);
-              return s == detail::MailboxState::TaskReady || s == detail::MailboxState::Shutdown ||
+              return s == detail::MailboxState::Shutdown ||
                      s == detail::MailboxState::ControlRequest;
             },
             kSpin, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
         if (!got) {
           if (!detail::parent_alive(parent)) ::_exit(2);
           continue;
+        }
+        // Every task sent so far, before sleeping again; each answer wakes the parent only if
+        // it waits for that very task.
+        while (box_->sent.load(std::memory_order_seq_cst) != served) {
+          detail::MailboxHeader& f = frame(served);
+          if (f.trace_level != 0) [[unlikely]] {
+            serve_traced(f, frame_blob(served));
+          } else {
+            detail::serve_frame(f, frame_blob(served), *leaf_);
+          }
+          box_->answered.store(++served, std::memory_order_seq_cst);  // publishes the answer
+          if (box_->wanted.load(std::memory_order_seq_cst) == served - 1) {
+            box_->to_parent.notify_all();
+          }
         }
         switch (box_->state.load(std::memory_order_seq_cst)) {
           case detail::MailboxState::Shutdown:
@@ -397,12 +545,6 @@ struct ForkShmTransport {
             answer(detail::MailboxState::ControlDone);
             break;
           default:
-            if (box_->trace_level != 0) [[unlikely]] {
-              serve_traced();
-            } else {
-              detail::serve_frame(*box_, blob(), *leaf_);
-            }
-            answer(detail::MailboxState::TaskDone);
             break;
         }
       }
@@ -410,19 +552,19 @@ struct ForkShmTransport {
 
     /// The child's side of a traced task: the leaf's nested trace goes back in the blob area (the
     /// task's arguments there are no longer needed), or is counted as lost when it does not fit.
-    void serve_traced() noexcept {
+    void serve_traced(detail::MailboxHeader& f, std::byte* blob) noexcept {
       detail::TraceReply reply;
-      reply.level = box_->trace_level;
-      box_->trace_bytes = 0;
-      box_->trace_lost = 0;
-      detail::serve_frame(*box_, blob(), *leaf_, &reply);
+      reply.level = f.trace_level;
+      f.trace_bytes = 0;
+      f.trace_lost = 0;
+      detail::serve_frame(f, blob, *leaf_, &reply);
       if (reply.nested.size() <= detail::kMailboxBlobCapacity) {
-        if (!reply.nested.empty()) std::memcpy(blob(), reply.nested.data(), reply.nested.size());
-        box_->trace_bytes = static_cast<std::uint32_t>(reply.nested.size());
+        if (!reply.nested.empty()) std::memcpy(blob, reply.nested.data(), reply.nested.size());
+        f.trace_bytes = static_cast<std::uint32_t>(reply.nested.size());
       } else {
-        box_->trace_lost = 1;
+        f.trace_lost = 1;
       }
-      box_->trace_lost += reply.nested_dropped;
+      f.trace_lost += reply.nested_dropped;
     }
 
     /// The child's side: publishes its answer and wakes the parent.
@@ -490,10 +632,24 @@ struct ForkShmTransport {
     }
 
     void release_mapping() noexcept {
-      if (box_ != nullptr) box_->~MailboxHeader();
+      if (box_ != nullptr) {
+        for (std::uint32_t i = 0; i < kWindow; ++i) frame(i).~MailboxHeader();
+        box_->~MailboxHeader();
+      }
       box_ = nullptr;
       region_.reset();
     }
+
+    /// The control frame and then kWindow task frames.
+    static constexpr std::size_t kRegionBytes = detail::kMailboxBytes * (1 + kWindow);
+
+    /// What the parent keeps of a task in flight.
+    struct Pending {
+      std::chrono::steady_clock::time_point deadline;
+      std::uint32_t deadline_ms = 0;
+      bool run_deadline = false;
+      detail::TraceReply* trace = nullptr;
+    };
 
     L* leaf_;
     detail::SharedRegion region_;
@@ -504,6 +660,15 @@ struct ForkShmTransport {
     std::string lane_;       ///< the lane's name, for log lines
     std::string death_;
     bool unreported_ = false;
+    // The task ring, parent side (the lane's thread only).
+    std::array<Pending, kWindow> pending_{};
+    std::uint32_t sent_ = 0;              ///< tasks sent
+    std::uint32_t received_ = 0;          ///< outcomes returned by receive()
+    bool woke_ = false;                   ///< a wake was sent to the child ...
+    std::uint32_t woke_at_ = 0;           ///< ... when it had answered this many tasks
+    std::uint32_t first_unanswered_ = 0;  ///< when the child ended: the first task it left
+    std::uint32_t killed_seq_ = 0;        ///< the task whose deadline killed the child ...
+    bool killed_at_deadline_ = false;     ///< ... if one did
   };
 };
 

@@ -1,0 +1,272 @@
+// ForkShmTransport keeps several tasks in flight per child: order, completion, the window, and
+// what a child's death does to every task in flight.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <simpler/simpler.hpp>
+
+#include "support/matchers.hpp"
+#include "support/recording_leaf.hpp"
+#include "support/shared_arena.hpp"
+
+using namespace simpler;
+using namespace simpler::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+
+WorkerOptions process_options_for_pipeline(int subs) {
+  WorkerOptions o = thread_options(subs);
+  o.child_mode = ChildMode::Process;
+  return o;
+}
+
+/// What the child saw, in shared memory: the scalar of every task in the order it ran.
+struct RunLog {
+  std::atomic<std::uint32_t> count{0};
+  std::atomic<bool> open{false};  ///< the gate of a task with scalar kGated
+  std::int64_t order[8192] = {};
+};
+
+constexpr std::int64_t kGated = -1;     ///< waits (with a deadline) until the test opens the gate
+constexpr std::int64_t kDie = -2;       ///< the child kills itself
+constexpr std::int64_t kFailEvery = 7;  ///< scalar % 7 == 3 throws, naming its scalar
+
+/// A sub leaf whose callable logs each task, fails some, blocks on a gate or kills its process.
+struct PipelineFixture {
+  SharedArena arena;
+  RunLog& log = arena.one<RunLog>();
+  detail::CallableRegistry registry{detail::next_worker_token()};
+  CallableHandle step;
+  SubWorker leaf{registry};
+  PipelineFixture() {
+    RunLog* l = &log;
+    step = registry.add(CallableKind::Sub, "step",
+                        [l](TaskArgsView v) {
+                          const std::int64_t x = v.scalar(0);
+                          if (x == kDie) ::kill(::getpid(), SIGKILL);
+                          if (x == kGated) {
+                            // A gate, not a sleep: polls the test's flag, with a deadline.
+                            const auto limit =
+                                std::chrono::steady_clock::now() + std::chrono::seconds(20);
+                            while (!l->open.load(std::memory_order_seq_cst)) {
+                              if (std::chrono::steady_clock::now() > limit)
+                                throw std::runtime_error("the gate was never opened");
+                              std::this_thread::yield();
+                            }
+                          }
+                          const std::uint32_t i = l->count.fetch_add(1, std::memory_order_seq_cst);
+                          if (i < std::size(l->order)) l->order[i] = x;
+                          if (x >= 0 && x % kFailEvery == 3)
+                            throw std::runtime_error("failed " + std::to_string(x));
+                        },
+                        {});
+  }
+  /// The request of the task with scalar `x` (its args live in `args`).
+  LeafRequest request(TaskArgs& args, std::int64_t x) const {
+    args = TaskArgs();
+    args.add_scalar(x);
+    return LeafRequest{step.digest, step.index, args.view(), &default_call_config()};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a forked child answers a full window of tasks in the order they were sent",
+          "[fork-shm][pipeline]") {
+  PipelineFixture f;
+  ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
+  ep.launch();
+  const std::uint32_t window = ep.window();
+  REQUIRE(window > 1);
+  // Keep the window full the way a lane does: send while there is room, then take the oldest.
+  constexpr std::int64_t kTasks = 5000;
+  std::vector<TaskArgs> args(window);
+  std::int64_t sent = 0;
+  std::int64_t received = 0;
+  std::uint32_t most_in_flight = 0;
+  while (received < kTasks) {
+    while (sent < kTasks && sent - received < window) {
+      Outcome refused = Outcome::Success;
+      Fault why;
+      const LeafRequest r = f.request(args[sent % window], sent);
+      REQUIRE(ep.send(r, refused, why));
+      ++sent;
+    }
+    most_in_flight = std::max(most_in_flight, static_cast<std::uint32_t>(sent - received));
+    Fault fault;
+    const Outcome o = ep.receive(fault);
+    INFO("task " << received);
+    if (received % kFailEvery == 3) {
+      REQUIRE(o == Outcome::TaskFailure);
+      REQUIRE(fault.message == "failed " + std::to_string(received));
+    } else {
+      REQUIRE(o == Outcome::Success);
+    }
+    ++received;
+  }
+  CHECK(most_in_flight == window);
+  REQUIRE(f.log.count.load() == kTasks);
+  for (std::int64_t i = 0; i < kTasks; ++i) {
+    INFO("position " << i);
+    REQUIRE(f.log.order[i] == i);
+  }
+  CHECK(ep.alive());
+}
+
+TEST_CASE("sending to a forked child does not wait for the task before it",
+          "[fork-shm][pipeline]") {
+  PipelineFixture f;
+  ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
+  ep.launch();
+  const std::uint32_t window = ep.window();
+  std::vector<TaskArgs> args(window + 1);
+  Outcome refused = Outcome::Success;
+  Fault why;
+  // The first task blocks in the child until the gate opens; the rest of the window still goes
+  // out (a send that waited for the child would time the gated task out, and fail below).
+  REQUIRE(ep.send(f.request(args[0], kGated), refused, why));
+  for (std::uint32_t i = 1; i < window; ++i) {
+    REQUIRE(ep.send(f.request(args[i], i), refused, why));
+  }
+  CHECK(f.log.count.load() == 0);  // nothing finished: the gate is still shut
+  // The window is the bound: one more is refused, nothing is sent, the endpoint stays usable.
+  CHECK_FALSE(ep.send(f.request(args[window], 100), refused, why));
+  CHECK(refused == Outcome::TaskFailure);
+  CHECK(why.kind == ErrorKind::Usage);
+  CHECK_THAT(why.message, Contains("already in flight"));
+  f.log.open.store(true, std::memory_order_seq_cst);
+  for (std::uint32_t i = 0; i < window; ++i) {
+    Fault fault;
+    INFO("task " << i << ": " << fault.message);
+    CHECK(ep.receive(fault) == (i % kFailEvery == 3 ? Outcome::TaskFailure : Outcome::Success));
+  }
+  REQUIRE(f.log.count.load() == window);
+  CHECK(f.log.order[0] == kGated);
+  for (std::uint32_t i = 1; i < window; ++i) CHECK(f.log.order[i] == i);
+  // Room again: the refused task goes out now.
+  REQUIRE(ep.send(f.request(args[window], 100), refused, why));
+  Fault fault;
+  CHECK(ep.receive(fault) == Outcome::Success);
+  CHECK(f.log.order[window] == 100);
+}
+
+TEST_CASE("a forked child killed with several tasks in flight fails every one of them",
+          "[fork-shm][pipeline][failure]") {
+  PipelineFixture f;
+  ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
+  ep.launch();
+  const std::uint32_t window = ep.window();
+  REQUIRE(window >= 4);
+  std::vector<TaskArgs> args(window);
+  Outcome refused = Outcome::Success;
+  Fault why;
+  // Two tasks that finish, the one that kills the child, and the rest queued behind it.
+  REQUIRE(ep.send(f.request(args[0], 0), refused, why));
+  REQUIRE(ep.send(f.request(args[1], 1), refused, why));
+  REQUIRE(ep.send(f.request(args[2], kDie), refused, why));
+  for (std::uint32_t i = 3; i < window; ++i) {
+    REQUIRE(ep.send(f.request(args[i], i), refused, why));
+  }
+  // Each receive waits at most until the liveness check sees the death (every 10 ms); the test's
+  // own limit is the harness's per-test timeout.
+  Fault fault;
+  CHECK(ep.receive(fault) == Outcome::Success);  // answered before the child died: kept
+  CHECK(ep.receive(fault) == Outcome::Success);
+  Fault running;
+  CHECK(ep.receive(running) == Outcome::EndpointFailure);
+  CHECK(running.kind == ErrorKind::Transport);
+  CHECK_THAT(running.message, Contains("killed by signal 9") && Contains("while running the task"));
+  for (std::uint32_t i = 3; i < window; ++i) {
+    Fault queued;
+    INFO("task " << i);
+    CHECK(ep.receive(queued) == Outcome::EndpointFailure);
+    CHECK_THAT(queued.message, Contains("killed by signal 9") &&
+                                   Contains("before the task started") &&
+                                   Contains(std::to_string(i - 2) + " ahead of it"));
+  }
+  CHECK_FALSE(ep.alive());
+  CHECK(f.log.count.load() == 2);
+  // Nothing is left in flight, and a new task is refused at once.
+  CHECK_FALSE(ep.send(f.request(args[0], 0), refused, why));
+  CHECK(refused == Outcome::EndpointFailure);
+  CHECK_THAT(why.message, Contains("gone"));
+}
+
+TEST_CASE("a task with a deadline waits for the tasks in flight before it goes out",
+          "[fork-shm][pipeline][timeout]") {
+  PipelineFixture f;
+  ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
+  ep.launch();
+  std::vector<TaskArgs> args(3);
+  Outcome refused = Outcome::Success;
+  Fault why;
+  REQUIRE(ep.send(f.request(args[0], 0), refused, why));
+  REQUIRE(ep.send(f.request(args[1], 1), refused, why));
+  LeafRequest timed = f.request(args[2], 2);
+  timed.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  timed.deadline_ms = 30'000;
+  REQUIRE(ep.send(timed, refused, why));
+  // It went out to an idle child: both earlier tasks had been answered by then.
+  CHECK(f.log.count.load() == 2);
+  for (int i = 0; i < 3; ++i) {
+    Fault fault;
+    CHECK(ep.receive(fault) == Outcome::Success);
+  }
+  CHECK(f.log.order[2] == 2);
+}
+
+TEST_CASE("many tasks over forked children all run exactly once", "[fork-shm][pipeline]") {
+  SharedArena arena;
+  constexpr int kTasks = 20'000;
+  struct Hits {
+    std::atomic<std::uint32_t> n[kTasks];  // zero: C++20 atomics value-initialise
+  };
+  auto& hits = arena.one<Hits>().n;
+  Worker w(process_options_for_pipeline(2));
+  auto mark = w.register_sub("mark", [&hits](TaskArgsView v) {
+    hits[static_cast<std::size_t>(v.scalar(0))].fetch_add(1, std::memory_order_relaxed);
+  });
+  w.init();
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    for (int i = 0; i < kTasks; ++i) o.submit_sub(mark, TaskArgs().add_scalar(i));
+  });
+  int wrong = 0;
+  for (int i = 0; i < kTasks; ++i) wrong += hits[i].load() != 1 ? 1 : 0;
+  CHECK(wrong == 0);
+  CHECK_NOTHROW(w.close());
+}
+
+TEST_CASE("a Worker whose forked child dies with tasks in flight fails the run without hanging",
+          "[fork-shm][pipeline][failure]") {
+  SharedArena arena;
+  auto& ran = arena.one<std::atomic<int>>(0);
+  Worker w(process_options_for_pipeline(1));
+  auto step = w.register_sub("step", [&ran](TaskArgsView v) {
+    if (v.scalar(0) == 5) ::kill(::getpid(), SIGKILL);
+    ran.fetch_add(1, std::memory_order_seq_cst);
+  });
+  w.init();
+  try {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      for (int i = 0; i < 200; ++i) o.submit_sub(step, TaskArgs().add_scalar(i));
+    });
+    FAIL("run() did not throw");
+  } catch (const TaskError& e) {
+    INFO(e.what());
+    CHECK(e.outcome() == Outcome::EndpointFailure);
+    CHECK_THAT(std::string(e.what()), Contains("killed by signal 9"));
+  }
+  CHECK(ran.load() <= 5);  // the death ended the child: nothing after it ran
+  CHECK_NOTHROW(w.close());
+}
