@@ -565,13 +565,6 @@ int Context::launch_run() {
   // seq_cst: the device threads' launch check reads `generation` with seq_cst after registering.
   threads.generation.fetch_add(1, std::memory_order_seq_cst);
   threads.launch_event.notify_all();
-  // Wake the run's cores now, together with the AICPU threads, rather than at their first
-  // dispatch: on this VM a wake-up costs 10-60 us, and in parallel it is paid once per run.
-  for (std::uint32_t k = 0; k < run.clusters; ++k) {
-    threads.cores[k].wake.notify_all();
-    threads.cores[config.num_clusters + 2 * k].wake.notify_all();
-    threads.cores[config.num_clusters + 2 * k + 1].wake.notify_all();
-  }
   life.phase = Phase::Running;
   return SIMPLER_OK;
 }

@@ -258,24 +258,16 @@ void Context::core_main(int index) {
   // 0 is the register's reset value; a scheduler may already have written a token by the time
   // this thread runs, so do not read the register here.
   std::uint32_t last = 0;
-  std::uint32_t seen_launch = 0;
   for (;;) {
     std::uint32_t token = last;
     c.wake.await(
         [&] {
           if (threads.stopping.load(std::memory_order_seq_cst) != 0) return true;
           token = c.dmb.load(std::memory_order_seq_cst);
-          return token != last || threads.generation.load(std::memory_order_seq_cst) != seen_launch;
+          return token != last;
         },
         std::chrono::microseconds(20), far_future());
     if (threads.stopping.load(std::memory_order_seq_cst) != 0) return;
-    if (token == last) {
-      // Woken by the launch (launch_run wakes the cores of the run's clusters together with the
-      // AICPU threads): go round again, so the await spins for the first token before sleeping
-      // and the first dispatch does not pay a second wake-up.
-      seen_launch = threads.generation.load(std::memory_order_seq_cst);
-      continue;
-    }
     last = token;
     for (;;) {  // one kernel per pass; more than one only when running on
       const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
@@ -482,7 +474,10 @@ class SchedulerRun {
       }
       // Sleep until there is something to do; wake every 100 ms for the watchdog.
       const std::uint64_t t0 = ctx_.diag.swimlane >= 3 ? trace_now_ns() : 0;
-      ctx_.sched.wake[index_].await([this] { return has_work(); }, std::chrono::microseconds(20),
+      // While a core of ours runs, spin longer: its FIN (a short kernel, or a short run's
+      // last task) then costs no wake-up. Yielding, so the core gets the CPU it needs.
+      ctx_.sched.wake[index_].await([this] { return has_work(); },
+                                    own_running ? kSchedulerBusySpin : kSchedulerIdleSpin,
                                     now + std::chrono::milliseconds(100));
       if (ctx_.diag.swimlane >= 3) trace_internal(t0, SIMPLER_INVALID_TASK_ID, kSchedIdleWait);
     }

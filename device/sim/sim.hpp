@@ -61,6 +61,10 @@ inline constexpr std::uint64_t kWakeBatch = 64;
 /// within it, so its end costs no wake-up (10-60 us on these VMs); a long run costs the host this
 /// much CPU once, while the device threads it yields to do the work.
 inline constexpr std::chrono::microseconds kHostWaitSpin{200};
+/// How long a scheduler spins (yielding often) before it sleeps: while a core of its own runs a
+/// kernel, and while none does.
+inline constexpr std::chrono::microseconds kSchedulerBusySpin{100};
+inline constexpr std::chrono::microseconds kSchedulerIdleSpin{20};
 /// After a run failed, how much longer than the watchdog period a kernel may take to return
 /// before the context is declared broken.
 inline constexpr std::chrono::seconds kStuckGrace{5};
