@@ -7,8 +7,15 @@
 //   chip_b  a 10k-task chain (InOut on one tensor, orch_chain) vs OpenMP depend(inout) and the
 //           plain loop.
 //   chip_c  one run() of a registered callable: the vector example (5 kernels over 128x128
-//           floats) vs calling the same 5 kernels directly on this thread; and a 1-task graph
-//           (one empty kernel) — the per-run fixed cost.
+//           floats) vs calling the same 5 kernels directly on this thread.
+//   chip_e  the per-run fixed cost: run() of a 1-task graph (one empty kernel) vs the same one
+//           task as an OpenMP parallel region (2 threads, single + task + taskwait) and as a
+//           hand-off to a parked std::thread and back (condition variables): each pays a wake-up
+//           of a sleeping thread, the floor here. Once after the gap between contenders (the
+//           threads asleep), and 100 back-to-back (threads still warm).
+//   chip_f  idle: the process CPU time (every thread) over a 1 s sleep of the main thread right
+//           after a run, as % of one core (PERFORMANCE.md i: <= 1 %); the device threads spin
+//           briefly after the run and must then sleep.
 //   chip_d  device boot (arena re-wire + reset) with a 64-task window vs a 65536-task window:
 //           the boot must not grow with the window (read from the context's counters).
 //
@@ -17,9 +24,12 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <array>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -134,7 +144,70 @@ sb::Contender plain_loop(simpler_kernel_fn fn, std::uint64_t n) {
           static_cast<double>(n)};
 }
 
+/// A parked std::thread that runs one kernel call per request: the hand-off floor of a
+/// one-task run (wake a sleeping thread, then be woken by it).
+class ParkedThread {
+ public:
+  explicit ParkedThread(simpler_kernel_fn fn) : fn_(fn), thread_([this] { loop(); }) {}
+  ParkedThread(const ParkedThread&) = delete;
+  ParkedThread& operator=(const ParkedThread&) = delete;
+  ~ParkedThread() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void round_trip() {
+    std::unique_lock lk(mu_);
+    const std::uint64_t want = ++requested_;
+    cv_.notify_one();
+    done_cv_.wait(lk, [&] { return done_ == want; });
+  }
+
+ private:
+  void loop() {
+    static float buf[16];
+    DirectCall call({buf}, 16);
+    std::unique_lock lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || requested_ != done_; });
+      if (stop_) return;
+      call(fn_);
+      ++done_;
+      done_cv_.notify_one();
+    }
+  }
+  simpler_kernel_fn fn_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::uint64_t requested_ = 0, done_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 #ifdef SIMPLER_HAVE_OPENMP
+/// One empty-kernel task as an OpenMP region on 2 threads, `runs` times.
+double omp_one_task(simpler_kernel_fn fn, int runs) {
+  static float buf[16];
+  float* p = buf;
+  return sb::time_ns([&] {
+    for (int r = 0; r < runs; ++r) {
+#pragma omp parallel num_threads(2)
+#pragma omp single
+      {
+#pragma omp task firstprivate(p)
+        {
+          DirectCall call({p}, 16);
+          call(fn);
+        }
+#pragma omp taskwait
+      }
+    }
+  });
+}
+
 sb::Contender omp_independent(simpler_kernel_fn fn, std::uint64_t n) {
   return {"openmp",
           [fn, n] {
@@ -267,11 +340,39 @@ int run(int argc, char** argv) {
            return ns;
          },
          1},
-        {"chip_run_1_empty", [&] { return sb::time_ns([&] { chip.run_count(chip.chain, 1); }); },
-         1},
     };
     sb::run_scenario(rep, "chip_c_run", "ns/run", cs);
     rep.ratio("chip_c_run", "chip_run", "kernels_direct");
+  }
+  {
+    rep.section("chip_e: run() of a 1-task graph vs one task on host threads (wake + wait)");
+    ParkedThread parked(noop);
+    for (const int runs : {1, 100}) {
+      const std::string sc = runs == 1 ? "chip_e_run_1_task_cold" : "chip_e_run_1_task_warm";
+      std::vector<sb::Contender> cs{
+          {"chip",
+           [&, runs] {
+             return sb::time_ns([&] {
+               for (int r = 0; r < runs; ++r) chip.run_count(chip.chain, 1);
+             });
+           },
+           static_cast<double>(runs)},
+          {"thread",
+           [&, runs] {
+             return sb::time_ns([&] {
+               for (int r = 0; r < runs; ++r) parked.round_trip();
+             });
+           },
+           static_cast<double>(runs)},
+      };
+#ifdef SIMPLER_HAVE_OPENMP
+      cs.push_back(
+          {"openmp", [&, runs] { return omp_one_task(noop, runs); }, static_cast<double>(runs)});
+#endif
+      sb::run_scenario(rep, sc, "ns/run", cs);
+      rep.ratio(sc, "chip", "openmp");
+      rep.ratio(sc, "chip", "thread");
+    }
   }
   {
     rep.section("chip_d: device boot (re-wire + reset) vs task window size");
@@ -295,6 +396,24 @@ int run(int argc, char** argv) {
     const auto s = chip.worker.stats();
     rep.note(fmt::format("arena builds {}, uploads {}, boots {}, orchestration loads {}",
                          s.arena_builds, s.arena_uploads, s.boots, s.orch_so_loads));
+  }
+  {
+    rep.section("chip_f: idle CPU right after a run (process CPU over a sleep, % of one core)");
+    auto cpu_ns = [] {
+      timespec ts{};
+      ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+      return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+    };
+    const auto window = std::chrono::milliseconds(opt.tiny ? 100 : 1000);
+    std::vector<double> pct;
+    for (int i = 0; i < (opt.tiny ? 1 : 3); ++i) {
+      chip.run_count(chip.independent, n);
+      const double c0 = cpu_ns();
+      std::this_thread::sleep_for(window);
+      pct.push_back(100.0 * (cpu_ns() - c0) /
+                    static_cast<double>(std::chrono::nanoseconds(window).count()));
+    }
+    rep.add("chip_f_idle", "after_run", "%core", sb::summarise(pct));
   }
   return 0;
 }

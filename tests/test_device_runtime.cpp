@@ -434,3 +434,82 @@ TEST_CASE("an idle device context has every thread asleep", "[device][idle]") {
   CHECK(asleep);
   CHECK(simpler::testing::other_thread_states().size() >= 10);
 }
+
+// Cores run on: a core that finished a kernel retires the task itself and runs the next ready
+// task of its shape without handing back to its scheduler (sim.hpp, Core). The run ends only once
+// every core answered, and the device threads stay parked between runs.
+
+TEST_CASE("consecutive runs on parked device threads each give the right results",
+          "[device][run-on]") {
+  Device d;
+  std::uint64_t tasks = 0;
+  for (int i = 0; i < 150; ++i) {
+    const auto n = static_cast<std::uint64_t>(1 + i % 9);
+    INFO("run " << i);
+    switch (i % 3) {
+      case 0:
+        d.data.fill(0);
+        REQUIRE(d.run(kChain, n) == SIMPLER_OK);
+        for (auto v : d.data) REQUIRE(v == static_cast<std::int32_t>(n));
+        tasks += n;
+        break;
+      case 1:
+        REQUIRE(d.run(kIndependent, 40 * n) == SIMPLER_OK);
+        tasks += 40 * n;
+        break;
+      default:
+        d.flag[0] = -1;
+        REQUIRE(d.run(kAllocChain, n) == SIMPLER_OK);
+        REQUIRE(d.flag[0] == static_cast<std::int32_t>(n));
+        tasks += n + 2;  // the fill, the increments, and the alloc
+        break;
+    }
+    // Every task of the run completed before run() returned, none twice.
+    REQUIRE(d.stats().tasks_completed == tasks);
+  }
+  CHECK(d.stats().runs == 150);
+}
+
+TEST_CASE("a core running on stops at a failed task, and the next run is clean",
+          "[device][run-on][failure]") {
+  Device d;
+  for (int i = 0; i < 20; ++i) {
+    d.data.fill(0);
+    REQUIRE(d.run(kChainFailsMidway, 25) == SIMPLER_ERR_KERNEL_FAILED);
+    CHECK_THAT(d.error(), Catch::Contains("deliberate failure from rt_fail"));
+    // The 25 increments before the failure ran; none after it.
+    CHECK(d.data[0] == 25);
+    d.check_usable();
+  }
+}
+
+TEST_CASE("a run using fewer clusters than the context has leaves the others' cores parked",
+          "[device][run-on]") {
+  simpler_init_options o{};
+  o.num_clusters = 3;
+  Device d(o);
+  simpler_run_config cfg{};
+  cfg.struct_size = sizeof cfg;
+  cfg.block_dim = 1;
+  for (int i = 0; i < 30; ++i) {
+    d.data.fill(0);
+    REQUIRE(d.run(kChain, 20, &cfg) == SIMPLER_OK);
+    REQUIRE(d.data[0] == 20);
+    REQUIRE(d.run(kIndependent, 200, &cfg) == SIMPLER_OK);
+  }
+  d.check_usable();
+}
+
+TEST_CASE("a context destroyed right after a run, or before any, stops its parked threads",
+          "[device][run-on][lifecycle]") {
+  const std::size_t before = simpler::testing::other_thread_states().size();
+  for (int i = 0; i < 30; ++i) {
+    Device d;
+    if (i % 2 == 0) {
+      REQUIRE(d.run(kChain, 4) == SIMPLER_OK);
+      REQUIRE(d.data[0] == 4);
+    }
+  }  // each ~Device destroys a context whose threads may still spin after the run
+  // Every device thread was joined: none is left behind.
+  CHECK(simpler::testing::other_thread_states().size() == before);
+}

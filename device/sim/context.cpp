@@ -559,6 +559,9 @@ int Context::launch_run() {
     threads.cores[config.num_clusters + 2 * k].scheduler = s;
     threads.cores[config.num_clusters + 2 * k + 1].scheduler = s;
   }
+  // Traces, dumps and counters record per scheduler: with any of them on, cores hand every
+  // finished task back to their scheduler.
+  run.cores_run_on = diag.swimlane == 0 && !run.dump_tensor && run.pmu == 0;
   // seq_cst: the device threads' launch check reads `generation` with seq_cst after registering.
   threads.generation.fetch_add(1, std::memory_order_seq_cst);
   threads.launch_event.notify_all();
@@ -579,7 +582,7 @@ int Context::wait_run() {
   // its own code can keep the orchestrator thread from finishing. Give it the watchdog period
   // after the run failed, then declare the context broken.
   std::optional<Clock::time_point> failed_at;
-  while (!outcome.done_event.await(all_done, std::chrono::microseconds(20),
+  while (!outcome.done_event.await(all_done, kHostWaitSpin,
                                    Clock::now() + std::chrono::milliseconds(100))) {
     if (!fatal()) continue;
     if (!failed_at) failed_at = Clock::now();

@@ -241,7 +241,8 @@ bool find_producers(Context& ctx, std::uint64_t nth, const simpler_task_builder&
     if (t.owner_task != SIMPLER_INVALID_TASK_ID && !retired(h, t.owner_task))
       cand.add(t.owner_task);
     if (tag != SIMPLER_TAG_INPUT && tag != SIMPLER_TAG_INOUT) continue;
-    tm_find_producers(h, t.addr, t.offset, t.offset + simpler_tensor_nbytes(&t), cand);
+    tm_find_producers(h, t.addr, t.offset, t.offset + simpler_tensor_nbytes(&t),
+                      !ctx.diag.find_edges, cand);
   }
   if (cand.overflow) {
     ctx.latch(SIMPLER_ERR_TOO_MANY_PRODUCERS,
@@ -263,7 +264,7 @@ bool find_producers(Context& ctx, std::uint64_t nth, const simpler_task_builder&
 bool find_overtaken(Context& ctx, std::uint64_t nth, const simpler_task_builder& b,
                     Candidates& cand) {
   if (!ctx.config.all_hazards) return true;
-  const ArenaHeader& h = ctx.header();
+  ArenaHeader& h = ctx.header();
   // Adding only appends: cutting `cand` back to its producers undoes a collection.
   const int producers = cand.n;
   auto collect = [&] {
@@ -274,7 +275,7 @@ bool find_overtaken(Context& ctx, std::uint64_t nth, const simpler_task_builder&
       if (!writes_in_place(tag)) continue;
       const simpler_chip_tensor& t = b.tensors[i];
       tm_find_overtaken(h, t.addr, t.offset, t.offset + simpler_tensor_nbytes(&t),
-                        tag == SIMPLER_TAG_OUTPUT_EXISTING, cand);
+                        tag == SIMPLER_TAG_OUTPUT_EXISTING, !ctx.diag.find_edges, cand);
     }
     return !cand.overflow;
   };

@@ -32,6 +32,11 @@ const char* shape_name(Shape s) noexcept {
 }  // namespace
 
 void Context::push_ready(std::uint64_t id, bool* pushed) noexcept {
+  // A failed run runs nothing more: in particular not the consumers of the task that failed,
+  // which its completion readies right after the failure was latched (on this thread, or on the
+  // one whose lane's acq_rel lanes_left step ordered it after the latch). A thread that checked
+  // fatal() before that latch could otherwise still pop and run them.
+  if (fatal()) return;
   const auto shape = static_cast<Shape>(slot_of(id).shape);
   if (!header().queues[static_cast<int>(shape)].push(id)) {
     // Cannot happen: each queue holds as many entries as all windows together.

@@ -64,6 +64,32 @@ const char* core_kind(const Core& c) noexcept {
   return c.global.core_type == 0 ? "AIC" : "AIV";
 }
 
+/// Claims the next SPMD block of task `id`, just popped from `q`: before its first block the
+/// task's inputs are dumped (when on), and while blocks remain it goes back into `q` (setting
+/// `pushed`, so the schedulers are woken for them if the caller leaves any).
+std::int32_t claim_block(Context& ctx, ReadyQueue& q, std::uint64_t id, bool& pushed) {
+  Payload& p = ctx.payload_of(id);
+  const std::int32_t b = p.next_block++;
+  if (b == 0 && ctx.run.dump_tensor) ctx.dump_task(id, false);
+  if (p.next_block < p.block_num) {
+    q.push(id);  // cannot fail: the task held this entry until the pop
+    pushed = true;
+  }
+  return b;
+}
+
+/// The kernel an AIV lane runs for a task popped from the AIV queue.
+std::int32_t aiv_kernel(const Payload& p) noexcept {
+  return p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2];
+}
+
+bool any_queued(const ArenaHeader& h) noexcept {
+  for (const auto& q : h.queues) {
+    if (!q.empty()) return true;
+  }
+  return false;
+}
+
 Clock::time_point far_future() noexcept {
   return Clock::now() + std::chrono::hours(24 * 365);
 }
@@ -243,21 +269,61 @@ void Context::core_main(int index) {
         std::chrono::microseconds(20), far_future());
     if (threads.stopping.load(std::memory_order_seq_cst) != 0) return;
     last = token;
-    const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
-    PmuSample sample;
-    const bool pmu = run.pmu != 0;
-    if (pmu) pmu_start(index, sample);
-    c.fault_signal = run_guarded(c);
-    if (pmu) pmu_stop(index, c.func_id, sample);
-    if (diag.swimlane != 0) {
-      diag.buffers[static_cast<std::size_t>(kCoreTraceBuffer + index)].push(
-          t0, trace_now_ns(), c.running, -1, SIMPLER_TRACE_KERNEL, c.func_id, c.local.block_idx);
+    for (;;) {  // one kernel per pass; more than one only when running on
+      const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
+      PmuSample sample;
+      const bool pmu = run.pmu != 0;
+      if (pmu) pmu_start(index, sample);
+      c.fault_signal = run_guarded(c);
+      if (pmu) pmu_stop(index, c.func_id.load(std::memory_order_relaxed), sample);
+      if (diag.swimlane != 0) {
+        diag.buffers[static_cast<std::size_t>(kCoreTraceBuffer + index)].push(
+            t0, trace_now_ns(), c.running.load(std::memory_order_relaxed), -1, SIMPLER_TRACE_KERNEL,
+            c.func_id.load(std::memory_order_relaxed), c.local.block_idx);
+      }
+      if (!run.cores_run_on) break;
+      // Running on: retire the task here, and run the next ready one of this core's shape (in a
+      // chain, the successor this completion just made ready) without a hand-off. Tasks left in
+      // the queues (other shapes, more than this core takes) wake the schedulers, once per pass.
+      bool pushed = false;
+      retire_lane(c, c.running.load(std::memory_order_relaxed), pushed);
+      const bool more = take_next(c, pushed);
+      if (pushed && any_queued(header())) notify_schedulers();
+      if (!more) break;
     }
     const int owner = c.scheduler;
     // seq_cst: the scheduler's sleep check reads COND with seq_cst after registering.
     c.cond.store(kCondFin | token, std::memory_order_seq_cst);
     sched.wake[owner].notify_all();
   }
+}
+
+bool Context::take_next(Core& c, bool& pushed) {
+  if (fatal()) return false;
+  const bool aic = c.global.core_type == 0;
+  ReadyQueue& q = header().queues[static_cast<int>(aic ? Shape::Aic : Shape::Aiv)];
+  std::uint64_t id;
+  if (!q.pop(id)) return false;
+  const Payload& p = payload_of(id);
+  const std::int32_t b = claim_block(*this, q, id, pushed);
+  const std::int32_t func_id = aic ? p.kernels[0] : aiv_kernel(p);
+  for (int i = 0; i < p.tensor_count; ++i) {
+    c.args[i] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&p.tensors[i]));
+  }
+  for (int j = 0; j < p.scalar_count; ++j) {
+    c.args[p.tensor_count + j] = static_cast<std::int64_t>(p.scalars[j]);
+  }
+  c.local.block_idx = b;
+  c.local.block_num = p.block_num;
+  c.local.failed = 0;
+  c.local.message[0] = '\0';
+  c.fn = life.callables[run.callable].kernels[static_cast<std::size_t>(func_id)];
+  c.fault_signal = 0;
+  c.func_id.store(func_id, std::memory_order_relaxed);
+  c.running.store(id, std::memory_order_relaxed);
+  c.started.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  sched.progress.fetch_add(1, std::memory_order_relaxed);  // relaxed: a watchdog heuristic
+  return true;
 }
 
 namespace {
@@ -302,9 +368,9 @@ void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id,
   c.local.message[0] = '\0';
   c.fn = life.callables[run.callable].kernels[static_cast<std::size_t>(func_id)];
   c.fault_signal = 0;
-  c.func_id = func_id;
-  c.running = id;
-  c.started = Clock::now();
+  c.func_id.store(func_id, std::memory_order_relaxed);
+  c.running.store(id, std::memory_order_relaxed);
+  c.started.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   c.token = next_token(c);
   // relaxed (cores_busy, progress): watchdog heuristics; no data is published through them.
   sched.cores_busy.fetch_add(1, std::memory_order_relaxed);
@@ -319,14 +385,19 @@ void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id,
 }
 
 void Context::finish_core(Core& c, bool& pushed) {
-  const std::uint64_t id = c.running;
-  c.running = SIMPLER_INVALID_TASK_ID;
+  const std::uint64_t id = c.running.load(std::memory_order_relaxed);
+  c.running.store(SIMPLER_INVALID_TASK_ID, std::memory_order_relaxed);
   sched.cores_busy.fetch_sub(1, std::memory_order_relaxed);
+  // Running on, the core retired its tasks itself before it answered FIN.
+  if (!run.cores_run_on) retire_lane(c, id, pushed);
+}
+
+void Context::retire_lane(Core& c, std::uint64_t id, bool& pushed) {
   if (c.fault_signal != 0) {
     latch(SIMPLER_ERR_KERNEL_FAULT,
           fmt::format("kernel func_id {} of task {}:{} faulted with signal {} ({}) at address "
                       "{:#x} on {} core {} (cluster {})",
-                      c.func_id, ring_of(id), local_of(id), c.fault_signal,
+                      c.func_id.load(), ring_of(id), local_of(id), c.fault_signal,
                       ::strsignal(c.fault_signal), c.fault_addr, core_kind(c), c.global.core_id,
                       c.global.cluster_id));
   } else if (c.local.failed != 0) {
@@ -334,7 +405,7 @@ void Context::finish_core(Core& c, bool& pushed) {
     latch(SIMPLER_ERR_KERNEL_FAILED,
           fmt::format("kernel func_id {} of task {}:{} on {} core {} (cluster {}) reported "
                       "failure: {}",
-                      c.func_id, ring_of(id), local_of(id), core_kind(c), c.global.core_id,
+                      c.func_id.load(), ring_of(id), local_of(id), core_kind(c), c.global.core_id,
                       c.global.cluster_id, c.local.message));
   }
   if (slot_of(id).lanes_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -403,7 +474,10 @@ class SchedulerRun {
       }
       // Sleep until there is something to do; wake every 100 ms for the watchdog.
       const std::uint64_t t0 = ctx_.diag.swimlane >= 3 ? trace_now_ns() : 0;
-      ctx_.sched.wake[index_].await([this] { return has_work(); }, std::chrono::microseconds(20),
+      // While a core of ours runs, spin longer: its FIN (a short kernel, or a short run's
+      // last task) then costs no wake-up. Yielding, so the core gets the CPU it needs.
+      ctx_.sched.wake[index_].await([this] { return has_work(); },
+                                    own_running ? kSchedulerBusySpin : kSchedulerIdleSpin,
                                     now + std::chrono::milliseconds(100));
       if (ctx_.diag.swimlane >= 3) trace_internal(t0, SIMPLER_INVALID_TASK_ID, kSchedIdleWait);
     }
@@ -416,13 +490,13 @@ class SchedulerRun {
   std::uint32_t aiv0_of(std::uint32_t k) const noexcept { return clusters_total_ + 2 * k; }
   std::uint32_t aiv1_of(std::uint32_t k) const noexcept { return clusters_total_ + 2 * k + 1; }
 
+  // relaxed (running): this scheduler alone turns it INVALID and back (see Core).
   bool idle(std::uint32_t core) const noexcept {
-    return cores_[core].running == SIMPLER_INVALID_TASK_ID;
+    return cores_[core].running.load(std::memory_order_relaxed) == SIMPLER_INVALID_TASK_ID;
   }
   bool finished(std::uint32_t core) const noexcept {
     const Core& c = cores_[core];
-    return c.running != SIMPLER_INVALID_TASK_ID &&
-           c.cond.load(std::memory_order_seq_cst) == (kCondFin | c.token);
+    return !idle(core) && c.cond.load(std::memory_order_seq_cst) == (kCondFin | c.token);
   }
   bool any_running() const noexcept {
     bool running = false;
@@ -435,9 +509,11 @@ class SchedulerRun {
            ctx_.sched.completed.load(std::memory_order_seq_cst) ==
                ctx_.orch.submitted.load(std::memory_order_seq_cst);
   }
+  /// Running on, a core retires its last task before it answers FIN: the run is over for this
+  /// scheduler only once its cores answered too (they touch run state until then).
   bool run_over(bool own_running) const noexcept {
     if (ctx_.fatal()) return !own_running;
-    return all_completed();
+    return all_completed() && !own_running;
   }
 
   /// Completes the tasks of the cores that reported FIN. True when there were any.
@@ -461,18 +537,8 @@ class SchedulerRun {
     return did;
   }
 
-  /// Claims the next SPMD block of task `id`, just popped from `q`: before its first block the
-  /// task's inputs are dumped (when on), and while blocks remain it goes back into `q` (setting
-  /// `pushed`, so the other schedulers are woken for them if this one leaves any).
   std::int32_t claim_block(ReadyQueue& q, std::uint64_t id, bool& pushed) {
-    Payload& p = ctx_.payload_of(id);
-    const std::int32_t b = p.next_block++;
-    if (b == 0 && ctx_.run.dump_tensor) ctx_.dump_task(id, false);
-    if (p.next_block < p.block_num) {
-      q.push(id);  // cannot fail: the task held this entry until the pop
-      pushed = true;
-    }
-    return b;
+    return sim::claim_block(ctx_, q, id, pushed);
   }
 
   /// A cluster of ours with at least two idle lanes: only then can a MIX task fit.
@@ -539,7 +605,7 @@ class SchedulerRun {
       trace_pop(id);
       const Payload& p = ctx_.payload_of(id);
       const std::int32_t b = claim_block(q_aiv_, id, pushed);
-      ctx_.dispatch_lane(cores_[core], id, p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2], b);
+      ctx_.dispatch_lane(cores_[core], id, aiv_kernel(p), b);
       did = true;
     }
     return did;
@@ -582,8 +648,8 @@ class SchedulerRun {
         ctx_.outcome.broken_reason = fmt::format(
             "kernel func_id {} of task {}:{} on {} core {} never returned [dmb {:#x} cond "
             "{:#x}]",
-            c.func_id, ring_of(c.running), local_of(c.running), core_kind(c), c.global.core_id,
-            c.dmb.load(), c.cond.load());
+            c.func_id.load(), ring_of(c.running), local_of(c.running), core_kind(c),
+            c.global.core_id, c.dmb.load(), c.cond.load());
       }
     }
   }
@@ -605,7 +671,7 @@ class SchedulerRun {
         (idle_cluster && !q_mix_.empty())) {
       return true;
     }
-    return all_completed();
+    return all_completed() && !any_running();
   }
 
   /// A scheduler-internals event (swimlane >= 3) on this scheduler's track.
@@ -646,10 +712,12 @@ std::string Context::stall_report(const std::vector<std::uint32_t>& owned, Clock
   for (std::uint32_t core : owned) {
     const Core& c = threads.cores[core];
     if (c.running == SIMPLER_INVALID_TASK_ID) continue;
-    running += fmt::format(
-        "{}task {}:{} (func_id {}) on {} core {} for {} ms [dmb {:#x} cond {:#x}]",
-        running.empty() ? "" : "; ", ring_of(c.running), local_of(c.running), c.func_id,
-        core_kind(c), c.global.core_id, ms(now - c.started), c.dmb.load(), c.cond.load());
+    running +=
+        fmt::format("{}task {}:{} (func_id {}) on {} core {} for {} ms [dmb {:#x} cond {:#x}]",
+                    running.empty() ? "" : "; ", ring_of(c.running), local_of(c.running),
+                    c.func_id.load(), core_kind(c), c.global.core_id,
+                    ms(now - Clock::time_point(Clock::duration(c.started.load()))), c.dmb.load(),
+                    c.cond.load());
   }
   const auto head = fmt::format("no progress for {} ms ({} of {} submitted tasks completed{})",
                                 config.scheduler_timeout.count(), done, sub,

@@ -57,6 +57,14 @@ inline constexpr std::uint64_t kMaxRingHeap = std::uint64_t{1} << 40;
 inline constexpr std::uint64_t kMaxDepPool = std::uint64_t{1} << 24;
 /// Retirements an orchestrator blocked on a full ring waits for before it is woken.
 inline constexpr std::uint64_t kWakeBatch = 64;
+/// How long the host spins (yielding often) in wait_run before it sleeps. A short run ends
+/// within it, so its end costs no wake-up (10-60 us on these VMs); a long run costs the host this
+/// much CPU once, while the device threads it yields to do the work.
+inline constexpr std::chrono::microseconds kHostWaitSpin{200};
+/// How long a scheduler spins (yielding often) before it sleeps: while a core of its own runs a
+/// kernel, and while none does.
+inline constexpr std::chrono::microseconds kSchedulerBusySpin{100};
+inline constexpr std::chrono::microseconds kSchedulerIdleSpin{20};
 /// After a run failed, how much longer than the watchdog period a kernel may take to return
 /// before the context is declared broken.
 inline constexpr std::chrono::seconds kStuckGrace{5};
@@ -324,6 +332,12 @@ inline constexpr std::uint32_t kCondFin = 0x80000000U;
 
 /// One AICore's handshake registers and dispatch payload. The owning scheduler writes args and
 /// then the DMB token (release); the core answers through COND (release) and wakes the scheduler.
+///
+/// When the run lets cores run on (RunSetup::cores_run_on), a core that finished a kernel retires
+/// the task itself, and while a task of its shape is ready it takes one and runs it without going
+/// back to the scheduler: it rewrites its own args, `running`, `func_id` and `started`, which the
+/// scheduler then only reads (for its stall report). It answers FIN once, when nothing it can run
+/// is left; the scheduler sees the core busy from its dispatch to that FIN.
 struct alignas(64) Core {
   std::atomic<std::uint32_t> dmb{0};
   std::atomic<std::uint32_t> cond{0};
@@ -335,12 +349,17 @@ struct alignas(64) Core {
   // Written by the core for the scheduler to read after FIN.
   std::int32_t fault_signal = 0;
   std::uint64_t fault_addr = 0;
+  // The task on the core (INVALID when idle), its kernel and when it started. The owning
+  // scheduler sets `running` at dispatch and clears it after FIN; in between only the core writes
+  // these (running on). Atomics because the scheduler's stall report reads them meanwhile;
+  // relaxed is enough: whether `running` is INVALID is decided by the scheduler alone, and the
+  // other values are diagnostics.
+  std::atomic<std::uint64_t> running{SIMPLER_INVALID_TASK_ID};
+  std::atomic<std::int32_t> func_id{-1};
+  std::atomic<Clock::rep> started{0};
   // Owning scheduler's private view.
-  std::uint64_t running = SIMPLER_INVALID_TASK_ID;
   std::uint32_t token = 0;
   std::uint32_t seq = 0;
-  std::int32_t func_id = -1;
-  Clock::time_point started{};
   int scheduler = -1;
   std::thread thread;
 };
@@ -446,6 +465,9 @@ struct RunSetup {
   std::uint32_t clusters = 0;  ///< clusters the run may use (block_dim; 0 in the config = all)
   bool dump_tensor = false;    ///< dump each task's tensors (run_files.hpp, dump.cpp)
   std::int32_t pmu = 0;        ///< counter set (run_files.hpp, pmu.cpp); 0 = off
+  /// A core that finished a kernel retires its task and runs the next ready task of its shape
+  /// itself (Core). Off while traces, dumps or counters are on: those record per scheduler.
+  bool cores_run_on = false;
 };
 
 /// How runs end. Any device thread latches the run's first failure into `status` and `message`;
@@ -560,6 +582,12 @@ class Context {
   void dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id, std::int32_t block_idx = 0);
   /// Completes the task of a core that reported FIN; sets `pushed` when consumers became ready.
   void finish_core(Core& c, bool& pushed);
+  /// Reports a failed kernel of `c` (task `id`) and completes the task once its last lane is
+  /// done; sets `pushed` when consumers became ready (they are queued, nobody is woken).
+  void retire_lane(Core& c, std::uint64_t id, bool& pushed);
+  /// On core `c`'s own thread, running on: takes the next ready task of the core's shape and
+  /// sets the core up to run it. False when none is ready (or the run failed).
+  bool take_next(Core& c, bool& pushed);
   std::string stall_report(const std::vector<std::uint32_t>& owned, Clock::time_point now);
   void core_main(int index);
   void orchestrator_main();

@@ -140,17 +140,34 @@ inline void tm_insert(ArenaHeader& h, std::uint64_t addr, std::uint64_t begin, s
   m.fifo_tail[ring] = idx + 1;
 }
 
+/// True when entry `idx`'s task is done (retired, or completed): nothing needs to wait for it
+/// any more. A reader of bytes a done task wrote holds their memory through the tensor's
+/// owner_task (the allocating task), not through the writer, so when no DAG is being recorded
+/// (`drop_done`) the walks below take such entries out of their bucket chain as they pass them:
+/// a buffer written view by view then keeps a chain as long as its tasks in flight, not as long
+/// as its tasks since the enclosing scope began. (The entry stays in its FIFO until reclaimed.)
+[[nodiscard]] inline bool tm_drop_if_done(ArenaHeader& h, bool drop_done,
+                                          std::uint32_t idx) noexcept {
+  if (!drop_done) return false;
+  const TmEntry& en = h.tmap.entries[idx];
+  if (!retired(h, en.task) && tm_task_pending(h, en.task)) return false;
+  tm_unlink(h.tmap, idx);
+  return true;
+}
+
 /// Adds to `out` the live (not retired) writers of bytes [begin, end) of the buffer at `addr`:
-/// the producers a task reading them waits for (read after write).
-inline void tm_find_producers(const ArenaHeader& h, std::uint64_t addr, std::uint64_t begin,
-                              std::uint64_t end, Candidates& out) noexcept {
+/// the producers a task reading them waits for (read after write). With `drop_done`, writers
+/// already completed are dropped (tm_drop_if_done) rather than added.
+inline void tm_find_producers(ArenaHeader& h, std::uint64_t addr, std::uint64_t begin,
+                              std::uint64_t end, bool drop_done, Candidates& out) noexcept {
   for (std::uint32_t e = tm_bucket_head(h.tmap, tm_bucket_of(h.tmap, addr)); e != 0;) {
     const TmEntry& en = h.tmap.entries[e - 1];
-    if (en.kind == kTmWrite && en.addr == addr && tm_overlaps(begin, end, en.begin, en.end) &&
-        !retired(h, en.task)) {
+    const std::uint32_t next = en.bucket_next;
+    if (!tm_drop_if_done(h, drop_done, e - 1) && en.kind == kTmWrite && en.addr == addr &&
+        tm_overlaps(begin, end, en.begin, en.end) && !retired(h, en.task)) {
       out.add(en.task);
     }
-    e = en.bucket_next;
+    e = next;
   }
 }
 
@@ -159,16 +176,18 @@ inline void tm_find_producers(const ArenaHeader& h, std::uint64_t addr, std::uin
 /// and, with `writers` (the writer does not read the bytes, so its read-after-write lookup did
 /// not find them), every pending writer (write after write). Only the order matters, so tasks
 /// already completed are skipped: they no longer touch the bytes.
-inline void tm_find_overtaken(const ArenaHeader& h, std::uint64_t addr, std::uint64_t begin,
-                              std::uint64_t end, bool writers, Candidates& out) noexcept {
+inline void tm_find_overtaken(ArenaHeader& h, std::uint64_t addr, std::uint64_t begin,
+                              std::uint64_t end, bool writers, bool drop_done,
+                              Candidates& out) noexcept {
   for (std::uint32_t e = tm_bucket_head(h.tmap, tm_bucket_of(h.tmap, addr)); e != 0;) {
     const TmEntry& en = h.tmap.entries[e - 1];
-    if ((en.kind == kTmRead || writers) && en.addr == addr &&
-        tm_overlaps(begin, end, en.begin, en.end) && !retired(h, en.task) &&
+    const std::uint32_t next = en.bucket_next;
+    if (!tm_drop_if_done(h, drop_done, e - 1) && (en.kind == kTmRead || writers) &&
+        en.addr == addr && tm_overlaps(begin, end, en.begin, en.end) && !retired(h, en.task) &&
         tm_task_pending(h, en.task)) {
       out.add(en.task);
     }
-    e = en.bucket_next;
+    e = next;
   }
 }
 

@@ -118,6 +118,9 @@ SIMPLER_ORCHESTRATION(orch, args) {
       for (std::uint32_t i = 0; i < n; ++i) orch.aiv(0, Task().output(data));
       static_cast<void>(orch.read<std::int32_t>(data, 0));
       break;
+    case kChainFailsMidway:  // n increments of data, a failing task, then n more increments
+      for (std::uint32_t i = 0; i < 2 * n + 1; ++i) orch.aiv(i == n ? 1 : 4, Task().inout(data));
+      break;
     default:
       orch.report_fatal("rt_cases: unknown case");
   }

@@ -21,5 +21,6 @@ enum Case {
   kAllocChain = 15,
   kWindowBackstop = 16,
   kReadManyWriters = 17,
+  kChainFailsMidway = 18,
 };
 }  // namespace rt_cases
