@@ -21,9 +21,9 @@
 // segment as a hole (no writer, no reader, invisible to every query, size() and
 // for_each_segment()) that a later write or read of the same range revives in place: a chain of
 // tasks writing one buffer re-creates nothing. The ordered walks drop the holes they meet, sweep()
-// drops them all, and erase_owned() drops them all once they outnumber the live segments, so
-// memory stays proportional to the live segments. Single-owner (the Orchestrator thread): not
-// thread-safe.
+// drops them all, and past 1024 plus a quarter of the live segments erase_owned() drops an older
+// hole for each one it makes, so memory stays proportional to the live segments. Single-owner (the
+// Orchestrator thread): not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -51,8 +51,8 @@ class TensorMap {
   /// Calls f(producer) for every writer of bytes overlapping [begin, end), in address order.
   template <class F>
   void lookup(std::uint64_t space, std::uint64_t begin, std::uint64_t end, F&& f) const {
-    if (const Seg* s = exact(space, begin, end)) {
-      if (s->second.producer != kInvalidSlot) f(s->second.producer);
+    if (const IndexSlot* x = exact(space, begin, end)) {
+      if (x->it->second.producer != kInvalidSlot) f(x->it->second.producer);
       return;
     }
     for (auto it = first_overlap(space, begin);
@@ -65,8 +65,8 @@ class TensorMap {
   /// of the overlap, in address order.
   template <class F>
   void lookup_overlaps(std::uint64_t space, std::uint64_t begin, std::uint64_t end, F&& f) const {
-    if (const Seg* s = exact(space, begin, end)) {
-      if (s->second.producer != kInvalidSlot) f(s->second.producer, end - begin);
+    if (const IndexSlot* x = exact(space, begin, end)) {
+      if (x->it->second.producer != kInvalidSlot) f(x->it->second.producer, end - begin);
       return;
     }
     for (auto it = first_overlap(space, begin);
@@ -91,15 +91,12 @@ class TensorMap {
   void insert(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot producer,
               OnWriter&& on_writer, OnReader&& on_reader) {
     if (begin >= end) return;  // an empty write owns no bytes
-    if (Seg* s = exact(space, begin, end)) {
+    if (const IndexSlot* x = exact(space, begin, end)) {
       // The segment of exactly these bytes is the only one under the write: take it over.
-      Entry& en = s->second;
+      Entry& en = x->it->second;
       if (en.producer != kInvalidSlot) on_writer(en.producer);
       for (const TensorReader& r : en.readers) on_reader(r);
-      if (en.hole) {
-        en.hole = false;
-        --holes_;
-      }
+      if (en.hole()) unhole(en);
       en.producer = producer;
       en.readers.clear();
       return;
@@ -107,7 +104,7 @@ class TensorMap {
     auto it = first_overlap(space, begin);
     auto hint = it;  // where the new segment goes: before the first one past it
     while (it != map_.end() && it->first.space == space && it->first.begin < end) {
-      if (it->second.hole) {  // owns nothing: drop it whole
+      if (it->second.hole()) {  // owns nothing: drop it whole
         it = erase_segment(it);
         hint = it;
         continue;
@@ -150,12 +147,11 @@ class TensorMap {
   void add_reader(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TensorReader reader,
                   OnWriter&& on_writer, Live&& live) {
     if (begin >= end) return;
-    if (Seg* s = exact(space, begin, end)) {
-      Entry& en = s->second;
-      if (en.hole) {
+    if (const IndexSlot* x = exact(space, begin, end)) {
+      Entry& en = x->it->second;
+      if (en.hole()) {
         // Bytes nobody owns: the hole becomes the writer-less segment a gap would get.
-        en.hole = false;
-        --holes_;
+        unhole(en);
         ++writerless_made_;
       } else if (en.producer != kInvalidSlot) {
         on_writer(en.producer);
@@ -172,7 +168,7 @@ class TensorMap {
         add_to(it->second.readers, reader, live);
         break;
       }
-      if (it->second.hole) {  // bytes nobody owns, like a gap: drop it and look again
+      if (it->second.hole()) {  // bytes nobody owns, like a gap: drop it and look again
         it = erase_segment(it);
         continue;
       }
@@ -211,24 +207,21 @@ class TensorMap {
   /// Callers pass a range the producer wrote, and a producer's segments never extend past what
   /// it wrote, so nothing outside the range is lost.
   void erase_owned(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot producer) {
-    if (Seg* s = exact(space, begin, end)) {
-      Entry& en = s->second;
-      if (en.hole || en.producer != producer) return;
+    if (const IndexSlot* x = exact(space, begin, end)) {
+      const Map::iterator it = x->it;
+      Entry& en = it->second;
+      if (en.hole() || en.producer != producer) return;
+      en.producer = kInvalidSlot;
       if (!en.readers.empty()) {
-        en.producer = kInvalidSlot;
         ++writerless_made_;
         return;
       }
-      // Kept as a hole for the next task that writes these bytes.
-      en.producer = kInvalidSlot;
-      en.hole = true;
-      ++holes_;
-      if (holes_ > kHolesKept && holes_ > map_.size() - holes_) drop_holes();
+      make_hole(it);  // for the next task that writes these bytes
       return;
     }
     auto it = first_overlap(space, begin);
     while (it != map_.end() && it->first.space == space && it->first.begin < end) {
-      if (!it->second.hole && it->second.producer == producer) {
+      if (!it->second.hole() && it->second.producer == producer) {
         if (it->second.readers.empty()) {
           it = erase_segment(it);
           continue;
@@ -255,7 +248,7 @@ class TensorMap {
   }
 
   /// Segments (holes are not segments).
-  [[nodiscard]] std::size_t size() const noexcept { return map_.size() - holes_; }
+  [[nodiscard]] std::size_t size() const noexcept { return map_.size() - holes_.size(); }
   /// Writer-less segments made since the last sweep (by reads of bytes nobody wrote, or by a
   /// writer leaving bytes that have readers): the only segments that can go stale, so what
   /// tells whether a sweep would find anything.
@@ -265,7 +258,9 @@ class TensorMap {
     index_.clear();
     index_.shrink_to_fit();
     index_count_ = 0;
-    holes_ = 0;
+    holes_.clear();
+    holes_.shrink_to_fit();
+    hole_cursor_ = 0;
     writerless_made_ = 0;
   }
 
@@ -274,7 +269,7 @@ class TensorMap {
   template <class F>
   void for_each_segment(F&& f) const {
     for (const auto& [k, en] : map_) {
-      if (en.hole) continue;
+      if (en.hole()) continue;
       f(k.space, k.begin, en.end, en.producer,
         std::span<const TensorReader>(en.readers.data(), en.readers.size()));
     }
@@ -288,16 +283,17 @@ class TensorMap {
       return space != o.space ? space < o.space : begin < o.begin;
     }
   };
+  static constexpr std::uint32_t kNotHole = ~0U;
   struct Entry {
     std::uint64_t end;
     TaskSlot producer;                  // the writer, or kInvalidSlot (read only, or a hole)
     SmallVec<TensorReader, 2> readers;  // readers since the writer (Hazards::All)
-    bool hole = false;                  // owns nothing (see the header comment)
+    std::uint32_t hole_at = kNotHole;   // a hole (see the header comment): where in holes_
+    [[nodiscard]] bool hole() const noexcept { return hole_at != kNotHole; }
   };
   using Map = std::pmr::map<Key, Entry>;
-  using Seg = Map::value_type;
 
-  /// Holes kept whatever the map's size, before erase_owned() drops them in bulk.
+  /// Holes kept whatever the map's size (plus a quarter of the segments).
   static constexpr std::size_t kHolesKept = 1024;
 
   template <class Live>
@@ -333,18 +329,32 @@ class TensorMap {
   // the index in step.
   Map::iterator emplace_segment(Map::iterator hint, Key k, Entry&& e) {
     auto it = map_.emplace_hint(hint, k, std::move(e));
-    index_insert(&*it);
+    index_insert(it);
     return it;
   }
   Map::iterator erase_segment(Map::iterator it) {
-    if (it->second.hole) --holes_;
-    index_erase(&*it);
+    if (it->second.hole()) unhole(it->second);
+    index_erase(it);
     return map_.erase(it);
   }
-  void drop_holes() {
-    for (auto it = map_.begin(); it != map_.end();) {
-      it = it->second.hole ? erase_segment(it) : std::next(it);
+
+  // A writer-less segment without readers becomes a hole; past the limit an older hole goes
+  // (never the newest: the next writer of a chain is about to revive it), in O(1).
+  void make_hole(Map::iterator it) {
+    it->second.hole_at = static_cast<std::uint32_t>(holes_.size());
+    holes_.push_back(it);
+    if (holes_.size() > kHolesKept + (map_.size() - holes_.size()) / 4) {
+      hole_cursor_ = (hole_cursor_ + 1) % (holes_.size() - 1);
+      erase_segment(holes_[hole_cursor_]);
     }
+  }
+  // Takes a hole off holes_ (it is revived or leaves the map).
+  void unhole(Entry& en) noexcept {
+    const std::uint32_t i = en.hole_at;
+    holes_[i] = holes_.back();
+    holes_[i]->second.hole_at = i;
+    holes_.pop_back();
+    en.hole_at = kNotHole;
   }
 
   // The index: open addressing with linear probing over a power-of-two table, at most half
@@ -352,8 +362,8 @@ class TensorMap {
   // its key, so probing compares hashes and looks at the node only on a match, and an erasure
   // shifts the entries after it back without looking at any node.
   struct IndexSlot {
-    std::uint64_t hash;
-    Seg* seg;  // nullptr: empty
+    std::uint64_t hash;  // 0: empty
+    Map::iterator it;
   };
   static std::uint64_t hash_of(std::uint64_t space, std::uint64_t begin) noexcept {
     // Addresses are aligned: mix every bit into the low ones the table uses (murmur3's final
@@ -364,37 +374,39 @@ class TensorMap {
     x ^= x >> 33U;
     x *= 0xC4CEB9FE1A85EC53ULL;
     x ^= x >> 33U;
-    return x;
+    return x != 0 ? x : 1;  // 0 marks an empty slot
   }
-  // The segment of exactly [begin, end) in `space` (maybe a hole), or nullptr.
-  Seg* exact(std::uint64_t space, std::uint64_t begin, std::uint64_t end) const noexcept {
+  // The index slot of the segment of exactly [begin, end) in `space` (maybe a hole), or nullptr.
+  const IndexSlot* exact(std::uint64_t space, std::uint64_t begin,
+                         std::uint64_t end) const noexcept {
     if (index_.empty()) return nullptr;
     const std::uint64_t h = hash_of(space, begin);
     const std::size_t mask = index_.size() - 1;
     for (std::size_t i = h & mask;; i = (i + 1) & mask) {
       const IndexSlot& sl = index_[i];
-      if (sl.seg == nullptr) return nullptr;
-      if (sl.hash == h && sl.seg->first.begin == begin && sl.seg->first.space == space)
-        return sl.seg->second.end == end ? sl.seg : nullptr;
+      if (sl.hash == 0) return nullptr;
+      if (sl.hash == h && sl.it->first.begin == begin && sl.it->first.space == space)
+        return sl.it->second.end == end ? &sl : nullptr;
     }
   }
-  void index_insert(Seg* seg) {
+  void index_insert(Map::iterator it) {
     if ((index_count_ + 1) * 2 > index_.size()) rehash(index_.empty() ? 16 : index_.size() * 2);
-    place(IndexSlot{hash_of(seg->first.space, seg->first.begin), seg});
+    place(IndexSlot{hash_of(it->first.space, it->first.begin), it});
     ++index_count_;
   }
   void place(IndexSlot s) noexcept {
     const std::size_t mask = index_.size() - 1;
     std::size_t i = s.hash & mask;
-    while (index_[i].seg != nullptr) i = (i + 1) & mask;
+    while (index_[i].hash != 0) i = (i + 1) & mask;
     index_[i] = s;
   }
-  void index_erase(const Seg* seg) {
+  void index_erase(Map::iterator it) {
     const std::size_t mask = index_.size() - 1;
-    std::size_t i = hash_of(seg->first.space, seg->first.begin) & mask;
-    while (index_[i].seg != seg) i = (i + 1) & mask;
+    const std::uint64_t h = hash_of(it->first.space, it->first.begin);
+    std::size_t i = h & mask;
+    while (index_[i].hash != h || index_[i].it != it) i = (i + 1) & mask;
     // Backward shift: move up each later entry of the run whose home is not in (i, j].
-    for (std::size_t j = (i + 1) & mask; index_[j].seg != nullptr; j = (j + 1) & mask) {
+    for (std::size_t j = (i + 1) & mask; index_[j].hash != 0; j = (j + 1) & mask) {
       const std::size_t home = index_[j].hash & mask;
       const bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
       if (!stays) {
@@ -402,23 +414,24 @@ class TensorMap {
         i = j;
       }
     }
-    index_[i] = IndexSlot{0, nullptr};
+    index_[i] = IndexSlot{0, {}};
     --index_count_;
     if (index_.size() > 64 && index_count_ * 8 < index_.size()) rehash(index_.size() / 2);
   }
   void rehash(std::size_t slots) {
-    std::vector<IndexSlot> old(slots, IndexSlot{0, nullptr});
+    std::vector<IndexSlot> old(slots, IndexSlot{0, {}});
     old.swap(index_);
     for (const IndexSlot& s : old) {
-      if (s.seg != nullptr) place(s);
+      if (s.hash != 0) place(s);
     }
   }
 
   std::pmr::unsynchronized_pool_resource pool_;
   Map map_;
-  std::vector<IndexSlot> index_;  // empty until the first segment
-  std::size_t index_count_ = 0;   // segments in index_: map_.size()
-  std::size_t holes_ = 0;         // segments of map_ that are holes
+  std::vector<IndexSlot> index_;      // empty until the first segment
+  std::size_t index_count_ = 0;       // segments in index_: map_.size()
+  std::vector<Map::iterator> holes_;  // the segments of map_ that are holes
+  std::size_t hole_cursor_ = 0;       // where make_hole() last dropped one
   std::size_t writerless_made_ = 0;
 };
 
