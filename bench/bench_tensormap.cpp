@@ -207,7 +207,8 @@ struct HashContender {
 };
 
 std::size_t heap_in_use() {
-  return mallinfo2().uordblks;
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;  // small blocks and mmap()ed ones
 }
 
 int run(int argc, char** argv) {
