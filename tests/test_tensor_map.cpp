@@ -1,6 +1,7 @@
 // Tests for detail::TensorMap: the last live writer of every byte range, per address space.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "simpler/detail/tensor_map.hpp"
+#include "support/legacy_tensor_map.hpp"
 
 using simpler::TaskSlot;
 using simpler::detail::TensorMap;
@@ -579,4 +581,226 @@ TEST_CASE(
   CHECK(war_hits > 300);
   CHECK(retires > 1000);
   CHECK(sweeps > 100);
+}
+
+namespace {
+
+// One call a TensorMap made back: which callback, and its argument.
+struct Event {
+  char kind;  // 'w' writer, 'r' reader, 'p' lookup producer, 'o' lookup_overlaps
+  std::uint64_t a;
+  std::uint64_t b;
+  bool operator==(const Event&) const = default;
+};
+
+struct SegmentRow {
+  std::uint64_t space, begin, end;
+  TaskSlot writer;
+  std::vector<simpler::detail::TensorReader> readers;
+  bool operator==(const SegmentRow&) const = default;
+};
+
+template <class M>
+std::vector<SegmentRow> segments_of(const M& m) {
+  std::vector<SegmentRow> out;
+  m.for_each_segment([&](std::uint64_t s, std::uint64_t b, std::uint64_t e, TaskSlot w,
+                         std::span<const simpler::detail::TensorReader> rs) {
+    out.push_back({s, b, e, w, {rs.begin(), rs.end()}});
+  });
+  return out;
+}
+
+// Runs `steps` random operations on a TensorMap and on the std::map-only implementation it
+// replaced (the oracle), comparing every callback, size() and writerless_made() after each
+// operation, and every segment each `full_every` operations. Ranges repeat earlier ones exactly
+// most of the time (as tensors do), else are new, sub-ranges, shifted or spanning several.
+void run_differential(std::uint64_t seed, std::uint64_t bytes, std::uint64_t max_len, int steps,
+                      int full_every, TaskSlot slots) {
+  using simpler::detail::TensorReader;
+  std::mt19937_64 rng(seed);
+  TensorMap m;
+  simpler::legacy::LegacyTensorMap oracle;
+  std::vector<std::uint32_t> gen(slots, 0);
+  struct Range {
+    std::uint64_t space, begin, end;
+  };
+  std::vector<std::vector<Range>> outputs(slots);  // ranges each slot wrote since its retire
+  std::vector<Range> seen;                         // ranges used so far (repeat candidates)
+  const auto live = [&gen](const TensorReader& r) { return gen[r.slot] == r.gen; };
+
+  const auto fresh = [&] {
+    const std::uint64_t len = 1 + rng() % max_len;
+    const std::uint64_t b = rng() % (bytes - len + 1);
+    return Range{rng() % 2, b, b + len};
+  };
+  const auto pick_range = [&]() -> Range {
+    const std::uint64_t k = rng() % 100;
+    if (seen.empty() || k < 15) return fresh();
+    const Range r = seen[rng() % seen.size()];
+    if (k < 75) return r;  // an exact repeat
+    const std::uint64_t len = r.end - r.begin;
+    if (k < 85) {  // a sub-range
+      const std::uint64_t b = r.begin + rng() % len;
+      return Range{r.space, b, b + 1 + rng() % (r.end - b)};
+    }
+    if (k < 95) {  // shifted: overlaps partly
+      const std::uint64_t shift = 1 + rng() % len;
+      if (rng() % 2 == 0 && r.begin >= shift) return Range{r.space, r.begin - shift, r.end - shift};
+      if (r.end + shift <= bytes) return Range{r.space, r.begin + shift, r.end + shift};
+      return r;
+    }
+    const std::uint64_t b = r.begin >= len ? r.begin - len : 0;  // spanning neighbours
+    return Range{r.space, b, std::min(bytes, r.end + len + rng() % (4 * max_len))};
+  };
+
+  std::vector<Event> got, want;
+  std::size_t exact_ops = 0;
+  for (int step = 0; step < steps; ++step) {
+    got.clear();
+    want.clear();
+    const std::uint64_t op = rng() % 1000;
+    const Range r = pick_range();
+    if (seen.size() < 4096) {
+      seen.push_back(r);
+    } else {
+      seen[rng() % seen.size()] = r;
+    }
+    const auto slot = static_cast<TaskSlot>(rng() % slots);
+    const auto log = [](std::vector<Event>& to) {
+      return std::pair{[&to](TaskSlot p) {
+                         to.push_back({'w', p, 0});
+                       },
+                       [&to](const TensorReader& rd) {
+                         to.push_back({'r', rd.slot, rd.gen});
+                       }};
+    };
+    if (op < 350) {  // a writer (Hazards::All)
+      auto [gw, gr] = log(got);
+      auto [ww, wr] = log(want);
+      m.insert(r.space, r.begin, r.end, slot, gw, gr);
+      oracle.insert(r.space, r.begin, r.end, slot, ww, wr);
+      outputs[slot].push_back(r);
+    } else if (op < 400) {  // a writer without write-after-read tracking
+      m.insert(r.space, r.begin, r.end, slot);
+      oracle.insert(r.space, r.begin, r.end, slot);
+      outputs[slot].push_back(r);
+    } else if (op < 700) {  // a reader
+      const TensorReader rd{slot, gen[slot]};
+      auto [gw, gr] = log(got);
+      auto [ww, wr] = log(want);
+      m.add_reader(r.space, r.begin, r.end, rd, gw, live);
+      oracle.add_reader(r.space, r.begin, r.end, rd, ww, live);
+    } else if (op < 750) {
+      m.lookup(r.space, r.begin, r.end, [&](TaskSlot p) { got.push_back({'p', p, 0}); });
+      oracle.lookup(r.space, r.begin, r.end, [&](TaskSlot p) { want.push_back({'p', p, 0}); });
+    } else if (op < 800) {
+      m.lookup_overlaps(r.space, r.begin, r.end, [&](TaskSlot p, std::uint64_t n) {
+        got.push_back({'o', p, n});
+      });
+      oracle.lookup_overlaps(r.space, r.begin, r.end, [&](TaskSlot p, std::uint64_t n) {
+        want.push_back({'o', p, n});
+      });
+    } else if (op < 850) {  // erase_owned of any range (usually not what the slot wrote)
+      m.erase_owned(r.space, r.begin, r.end, slot);
+      oracle.erase_owned(r.space, r.begin, r.end, slot);
+    } else if (op < 990) {  // a task retires: its outputs go, its reader entries go stale
+      for (const Range& o : outputs[slot]) {
+        m.erase_owned(o.space, o.begin, o.end, slot);
+        oracle.erase_owned(o.space, o.begin, o.end, slot);
+      }
+      outputs[slot].clear();
+      ++gen[slot];
+    } else if (op < 997) {
+      m.sweep(live);
+      oracle.sweep(live);
+    } else if (op < 999) {  // every task retires (the end of a run)
+      for (TaskSlot t = 0; t < slots; ++t) {
+        for (const Range& o : outputs[t]) {
+          m.erase_owned(o.space, o.begin, o.end, t);
+          oracle.erase_owned(o.space, o.begin, o.end, t);
+        }
+        outputs[t].clear();
+        ++gen[t];
+      }
+    } else {
+      m.clear();
+      oracle.clear();
+    }
+    if (got.size() == 1 || op >= 850) ++exact_ops;
+    INFO("seed " << seed << " step " << step << " op " << op << " space " << r.space << " ["
+                 << r.begin << ", " << r.end << ") slot " << slot);
+    REQUIRE(got == want);
+    REQUIRE(m.size() == oracle.size());
+    REQUIRE(m.writerless_made() == oracle.writerless_made());
+    if (step % full_every == 0 || step + 1 == steps) REQUIRE(segments_of(m) == segments_of(oracle));
+  }
+  CHECK(exact_ops > 0);
+}
+
+}  // namespace
+
+TEST_CASE("a tensor map reports what the ordered-map implementation reports, in dense memory",
+          "[tensor-map]") {
+  // A few KiB: ranges overlap, split and merge all the time.
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) run_differential(seed, 4096, 160, 20'000, 1, 64);
+}
+
+TEST_CASE("a tensor map reports what the ordered-map implementation reports, in sparse memory",
+          "[tensor-map]") {
+  // Thousands of mostly disjoint ranges: the exact-range paths, and enough erased ranges that
+  // their holes are dropped in bulk.
+  for (std::uint64_t seed = 11; seed <= 13; ++seed)
+    run_differential(seed, 1U << 24, 4096, 200'000, 997, 64);
+  // Many tasks, each writing several ranges before it retires: thousands retire at once.
+  run_differential(21, 1U << 26, 4096, 100'000, 9973, 4096);
+}
+
+TEST_CASE("ranges erased in bulk leave nothing behind and can be written again", "[tensor-map]") {
+  // Each erased range is kept as a hole until holes outnumber the segments: check that
+  // dropping them in bulk loses no segment and that their ranges read and write as new ones.
+  TensorMap m;
+  simpler::legacy::LegacyTensorMap oracle;
+  constexpr std::uint64_t kRanges = 5000;
+  const auto same = [&] {
+    REQUIRE(m.size() == oracle.size());
+    REQUIRE(m.writerless_made() == oracle.writerless_made());
+    REQUIRE(segments_of(m) == segments_of(oracle));
+  };
+  for (int round = 0; round < 3; ++round) {
+    for (std::uint64_t i = 0; i < kRanges; ++i) {
+      m.insert(0, i * 64, i * 64 + 48, static_cast<TaskSlot>(i));
+      oracle.insert(0, i * 64, i * 64 + 48, static_cast<TaskSlot>(i));
+    }
+    same();
+    // Keep every tenth: the erased ones become holes, dropped once they outnumber these.
+    for (std::uint64_t i = 0; i < kRanges; ++i) {
+      if (i % 10 == 0) continue;
+      m.erase_owned(0, i * 64, i * 64 + 48, static_cast<TaskSlot>(i));
+      oracle.erase_owned(0, i * 64, i * 64 + 48, static_cast<TaskSlot>(i));
+    }
+    same();
+    CHECK(m.size() == kRanges / 10);
+    // Reads of erased, kept and straddling ranges.
+    const auto never = [](const simpler::detail::TensorReader&) { return false; };
+    for (std::uint64_t i = 0; i < kRanges; i += 7) {
+      const std::uint64_t b = i * 64 + (i % 3 == 0 ? 0 : 40);
+      const std::uint64_t e = i % 3 == 0 ? b + 48 : b + 100;
+      Producers got, want;
+      m.add_reader(
+          0, b, e, {static_cast<TaskSlot>(i), 0}, [&](TaskSlot p) { got.push_back(p); }, never);
+      oracle.add_reader(
+          0, b, e, {static_cast<TaskSlot>(i), 0}, [&](TaskSlot p) { want.push_back(p); }, never);
+      REQUIRE(got == want);
+    }
+    same();
+    for (std::uint64_t i = 0; i < kRanges; ++i) {
+      m.erase_owned(0, i * 64, i * 64 + 48, static_cast<TaskSlot>(i));
+      oracle.erase_owned(0, i * 64, i * 64 + 48, static_cast<TaskSlot>(i));
+    }
+    same();
+    m.sweep(never);
+    oracle.sweep(never);
+    same();
+    CHECK(m.size() == 0);
+  }
 }
