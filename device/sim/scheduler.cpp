@@ -306,14 +306,20 @@ bool Context::take_next(Core& c, bool& pushed) {
   if (!q.pop(id)) return false;
   const Payload& p = payload_of(id);
   const std::int32_t b = claim_block(*this, q, id, pushed);
-  const std::int32_t func_id = aic ? p.kernels[0] : aiv_kernel(p);
+  load_task(c, id, aic ? p.kernels[0] : aiv_kernel(p), b);
+  sched.progress.fetch_add(1, std::memory_order_relaxed);  // relaxed: a watchdog heuristic
+  return true;
+}
+
+void Context::load_task(Core& c, std::uint64_t id, std::int32_t func_id, std::int32_t block_idx) {
+  const Payload& p = payload_of(id);
   for (int i = 0; i < p.tensor_count; ++i) {
     c.args[i] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&p.tensors[i]));
   }
   for (int j = 0; j < p.scalar_count; ++j) {
     c.args[p.tensor_count + j] = static_cast<std::int64_t>(p.scalars[j]);
   }
-  c.local.block_idx = b;
+  c.local.block_idx = block_idx;
   c.local.block_num = p.block_num;
   c.local.failed = 0;
   c.local.message[0] = '\0';
@@ -322,8 +328,6 @@ bool Context::take_next(Core& c, bool& pushed) {
   c.func_id.store(func_id, std::memory_order_relaxed);
   c.running.store(id, std::memory_order_relaxed);
   c.started.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-  sched.progress.fetch_add(1, std::memory_order_relaxed);  // relaxed: a watchdog heuristic
-  return true;
 }
 
 namespace {
@@ -351,26 +355,11 @@ void Context::scheduler_main(int index) {
 void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id,
                             std::int32_t block_idx) {
   const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
-  const Payload& p = payload_of(id);
-  for (int i = 0; i < p.tensor_count; ++i) {
-    c.args[i] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&p.tensors[i]));
-  }
-  for (int j = 0; j < p.scalar_count; ++j) {
-    c.args[p.tensor_count + j] = static_cast<std::int64_t>(p.scalars[j]);
-  }
   c.args[SIMPLER_KERNEL_LOCAL_ARG] =
       static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&c.local));
   c.args[SIMPLER_KERNEL_GLOBAL_ARG] =
       static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&c.global));
-  c.local.block_idx = block_idx;
-  c.local.block_num = p.block_num;
-  c.local.failed = 0;
-  c.local.message[0] = '\0';
-  c.fn = life.callables[run.callable].kernels[static_cast<std::size_t>(func_id)];
-  c.fault_signal = 0;
-  c.func_id.store(func_id, std::memory_order_relaxed);
-  c.running.store(id, std::memory_order_relaxed);
-  c.started.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  load_task(c, id, func_id, block_idx);
   c.token = next_token(c);
   // relaxed (cores_busy, progress): watchdog heuristics; no data is published through them.
   sched.cores_busy.fetch_add(1, std::memory_order_relaxed);

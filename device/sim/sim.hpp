@@ -588,6 +588,9 @@ class Context {
   /// On core `c`'s own thread, running on: takes the next ready task of the core's shape and
   /// sets the core up to run it. False when none is ready (or the run failed).
   bool take_next(Core& c, bool& pushed);
+  /// Points core `c` at block `block_idx` of task `id` with kernel `func_id`: its arguments, its
+  /// local context and its running state (dispatch_lane, and take_next when running on).
+  void load_task(Core& c, std::uint64_t id, std::int32_t func_id, std::int32_t block_idx);
   std::string stall_report(const std::vector<std::uint32_t>& owned, Clock::time_point now);
   void core_main(int index);
   void orchestrator_main();
