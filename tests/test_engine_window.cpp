@@ -13,10 +13,12 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <simpler/simpler.hpp>
 
 #include "support/child_modes.hpp"
+#include "support/gate.hpp"
 #include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
 
@@ -24,16 +26,6 @@ using namespace simpler;
 using namespace simpler::testing;
 
 namespace {
-
-/// Opened by the test; tasks that wait on it give up after 10 s, so a failing test cannot hang.
-struct Gate {
-  std::atomic<bool> open{false};
-  void wait() const {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!open.load() && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-};
 
 WorkerOptions window_options(int subs, std::uint32_t window) {
   WorkerOptions o = thread_options(subs);
@@ -191,7 +183,7 @@ TEST_CASE("a task window that stays full past heap_wait is a TimeoutError",
                              WhatContains("4 of them not finished"));
     waited = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - t0);
-    gate.open.store(true);
+    gate.open();
   });
   CHECK(waited >= std::chrono::milliseconds(250));
   CHECK(ran.load() == 4);
@@ -213,7 +205,7 @@ TEST_CASE("the run's deadline bounds a wait for the task window", "[engine][wind
   CHECK_THROWS_MATCHES(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
     struct Open {
       Gate& g;
-      ~Open() { g.open.store(true); }
+      ~Open() { g.open(); }
     } open{gate};
     for (int i = 0; i < 3; ++i) o.submit_sub(blocked, TaskArgs());
   }),
@@ -235,10 +227,10 @@ TEST_CASE("a task that fails while submit waits for the window ends the wait wit
   std::string caught;
   std::jthread opener([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    first.open.store(true);
-    for (int i = 0; i < 300 && !second.open.load(); ++i)
+    first.open();
+    for (int i = 0; i < 300 && !second.is_open(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    second.open.store(true);
+    second.open();
   });
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_MATCHES(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
@@ -248,13 +240,64 @@ TEST_CASE("a task that fails while submit waits for the window ends the wait wit
       o.submit_sub(blocked, TaskArgs());  // waits: two alive, and only the failing one ends
     } catch (const TaskError& e) {
       caught = e.what();
-      second.open.store(true);
+      second.open();
       throw;
     }
   }),
                        TaskError, WhatContains("boom from the first task"));
   CHECK(caught.find("boom from the first task") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(2500));
+}
+
+TEST_CASE("a submit at a full window waits for a quarter of it, then takes any free slot",
+          "[engine][window]") {
+  // Window 64: a submit that finds it full gives back what finished, and returns at once only
+  // when 16 slots (a quarter) are free; else every few finished tasks would cost a walk over the
+  // whole window. With fewer free it waits, and past a 10 ms tick settles for what there is, so
+  // an orchestration still moves while tasks finish slowly.
+  constexpr std::uint32_t kWindow = 64;
+  Worker w(window_options(2, kWindow));
+  std::atomic<std::uint64_t> released{0};
+  // Task i runs once more than i tasks were released (at most 10 s: a failing test cannot hang).
+  auto gated = w.register_sub("gated", [&](TaskArgsView v) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (released.load() <= v.scalars[0] && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  });
+  w.init();
+  auto task = [](std::uint64_t i) {
+    TaskArgs a;
+    a.add_scalar(i);
+    return a;
+  };
+  std::chrono::steady_clock::duration blocked{};
+  std::uint64_t released_when_back = 0;
+  std::uint32_t live_when_back = 0;
+  bool first_four_done = false;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    std::vector<TaskSlot> slots;
+    for (std::uint64_t i = 0; i < kWindow; ++i)
+      slots.push_back(o.submit_sub(gated, task(i)).slot_id);
+    released.store(4);
+    first_four_done = eventually([&] {
+      return std::all_of(slots.begin(), slots.begin() + 4,
+                         [&](TaskSlot s) { return o.state_of(s) == TaskState::Completed; });
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    o.submit_sub(gated, task(kWindow));  // 4 free: too few to return at once
+    blocked = std::chrono::steady_clock::now() - t0;
+    released_when_back = released.load();
+    live_when_back = o.live_tasks();
+    released.store(1'000'000);
+  });
+  REQUIRE(first_four_done);
+  // It waited (for the tick: nothing else finished) rather than taking one of the 4 at once...
+  CHECK(blocked >= std::chrono::milliseconds(5));
+  // ... and then went on with what was free, without waiting for more tasks to finish (nor
+  // until heap_wait, 10 s).
+  CHECK(blocked < std::chrono::seconds(2));
+  CHECK(released_when_back == 4);
+  CHECK(live_when_back == kWindow - 4 + 1);
 }
 
 TEST_CASE("WorkerOptions::task_window out of range is refused", "[engine][window][bad-input]") {

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -245,6 +246,8 @@ class OrchestratorBase {
   std::array<std::vector<TaskSlot>, kMaxScopeDepth> frames_;
   /// A frame is compacted (its finished tasks give their slots back) when it reaches this size.
   static constexpr std::size_t kFrameCompactMin = 1024;
+  /// How often a submit waiting for a quarter of the task window looks for any free slot.
+  static constexpr std::chrono::milliseconds kWindowTick{10};
   /// At most this many tasks alive: the run's fence wakes on each retirement, not only when the
   /// scheduler goes idle.
   static constexpr std::uint32_t kFenceFewTasks = 8;

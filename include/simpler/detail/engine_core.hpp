@@ -74,57 +74,73 @@ class RunState {
 };
 
 /// Everything the three components share.
+///
+/// Laid out by writer: each field written per task sits on cache lines of its own, away from the
+/// fields other threads read per task, so one thread's hand-off does not invalidate the line the
+/// next one reads (with everything packed, a submit missed on the line the lanes' completions
+/// dirtied). kLine-aligned groups, top to bottom: read-mostly configuration; the run's deadline
+/// and trace level; the run state; the slot pool (its chunk table read-mostly, its free list the
+/// Orchestrator's); then one group per hand-off.
 struct EngineCore {
+  static constexpr std::size_t kLine = 64;
+
+  // ---- Read-mostly: set before the threads start or between runs.
   int level = 3;
   EngineTiming timing;
   const CallableRegistry* registry = nullptr;  ///< for naming callables in messages
   /// Some next-level lane has LaneRestrictions: submit checks them (set when lanes are added).
   bool restricted_lanes = false;
+  /// The task window (WorkerOptions::task_window): live slots the Orchestrator allows at once.
+  std::uint32_t task_window = std::uint32_t{1} << 16;
+  /// Next-level and sub lanes by WorkerId (ids are positions).
+  std::vector<LaneCore*> next_level;
+  std::vector<LaneCore*> subs;
+
   /// The current run's deadline on the steady clock (ns), 0 = none. Written by the run's thread
   /// before its first submit and after its fence (relaxed: the inbox hand-off orders it). Read
   /// per task by every engine thread, so it has a cache line of its own: nothing written per
   /// task (the slot pool's counters, the hand-off stacks) may share it.
-  alignas(64) std::atomic<std::int64_t> run_deadline_ns{0};
+  alignas(kLine) std::atomic<std::int64_t> run_deadline_ns{0};
   /// Its length, for messages (relaxed: read only for messages, by any engine thread).
   std::atomic<std::uint32_t> run_timeout_ms{0};
   /// The run's trace level (0 = off; see detail/trace.hpp). Set by the run's thread before its
   /// first submit and cleared after its fence (relaxed: ordered like run_deadline_ns); read
   /// wherever an event would be recorded, so it shares this read-mostly line.
   std::atomic<std::int32_t> trace_level{0};
-  alignas(64) SlotPool pool;
-  RunState run;
-  EngineTrace trace;  ///< the Orchestrator's and the Scheduler's trace buffers
-
-  SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: slots whose producers are all done
-  LaneStack done;         ///< lanes -> Scheduler: finished tasks
-  EventCount sched_wake;  ///< Scheduler sleeps here
-  std::atomic<bool> stop{false};
-
-  SlotStack retire_inbox;  ///< Scheduler -> Orchestrator: slots whose last reference dropped
-  EventCount orch_wake;    ///< the Orchestrator sleeps here (heap full, run drain)
   /// Set by the Orchestrator while it waits for heap space: only then is each retirement worth
-  /// a wakeup. Otherwise it collects retirements when it next submits.
+  /// a wakeup. Otherwise it collects retirements when it next submits. Read per retirement.
   std::atomic<bool> heap_waiting{false};
-  /// Set by the Scheduler when it has nothing queued and no lane busy (then every published
-  /// task has finished); cleared before it takes new work. The run's fence waits for it.
-  std::atomic<bool> sched_idle{false};
-  static constexpr std::uint32_t kRetireBatch = 32;
-  std::atomic<std::uint32_t> retired_since_wake{0};
-  /// The task window (WorkerOptions::task_window): live slots the Orchestrator allows at once.
-  std::uint32_t task_window = std::uint32_t{1} << 16;
   /// Set by the Orchestrator while its task window is full: finished tasks are then counted,
   /// and the one that brings the count to window_wake_at wakes it (it gives their slots back in
-  /// one pass rather than one wakeup per task).
+  /// one pass rather than one wakeup per task). Read per completion.
   std::atomic<bool> window_waiting{false};
-  std::atomic<std::uint32_t> window_done{0};
   std::atomic<std::uint32_t> window_wake_at{1};
+  EngineTrace trace;  ///< the Orchestrator's and the Scheduler's trace buffers
+
+  /// Written per run (and on a failure); its flags are read per task.
+  alignas(kLine) RunState run;
+  alignas(kLine) SlotPool pool;
+
+  // ---- Hand-offs: a stack and the EventCount its receiver sleeps on, each on its own line.
+  alignas(kLine) SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: producers all done
+  alignas(kLine) LaneStack done;         ///< lanes -> Scheduler: finished tasks
+  alignas(kLine) EventCount sched_wake;  ///< Scheduler sleeps here
+  std::atomic<bool> stop{false};
+
+  alignas(kLine) SlotStack retire_inbox;  ///< Scheduler -> Orchestrator: last reference dropped
+  alignas(kLine) EventCount orch_wake;    ///< the Orchestrator sleeps here (heap full, run drain)
+
+  // ---- Written only while the Orchestrator waits (heap space, the task window).
+  static constexpr std::uint32_t kRetireBatch = 32;
+  alignas(kLine) std::atomic<std::uint32_t> retired_since_wake{0};
+  std::atomic<std::uint32_t> window_done{0};
+
+  /// Set by the Scheduler when it has nothing queued and no lane busy (then every published
+  /// task has finished); cleared before it takes new work. The run's fence waits for it.
+  alignas(kLine) std::atomic<bool> sched_idle{false};
   /// Lanes currently running a task the scheduler did not post (a successor they made ready
   /// themselves). The run's fence waits for this to be 0 as well.
-  std::atomic<std::uint32_t> lane_local{0};
-
-  /// Next-level and sub lanes by WorkerId (ids are positions).
-  std::vector<LaneCore*> next_level;
-  std::vector<LaneCore*> subs;
+  alignas(kLine) std::atomic<std::uint32_t> lane_local{0};
 
   EngineStats stats;  ///< counters for BasicWorker::stats()
 

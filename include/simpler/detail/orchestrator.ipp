@@ -792,16 +792,20 @@ inline std::uint32_t OrchestratorBase::compact_open_frames() noexcept {
 
 inline void OrchestratorBase::wait_for_window(const char* api) {
   const std::uint32_t window = core_.task_window;
+  // A wait ends with a quarter of the window free (`batch`), not one slot: otherwise an
+  // orchestration that outruns its workers would walk its frames (up to a window of slots) for
+  // every few tasks that finished since the last walk. Only the ends that cannot wait for more
+  // (workers idle, a deadline) settle for any free slot.
+  const std::uint32_t batch = std::max<std::uint32_t>(1, window / 4);
+  const auto roomy = [&] { return core_.pool.live() + batch <= window; };
   compact_open_frames();
-  if (core_.pool.live() < window) return;
+  if (roomy()) return;
   bool run_bound = false;
   const auto deadline = submit_wait_deadline(run_bound);
   // While this is set, finishing tasks are counted; the one that completes a quarter of the
   // window wakes this thread, which then gives back all their slots in one pass (so a pass over
   // the frames costs O(1) per task, and a wakeup is paid per many tasks, not per task).
-  const std::uint32_t batch = std::max<std::uint32_t>(1, window / 4);
   core_.window_wake_at.store(batch, std::memory_order_relaxed);
-  core_.window_done.store(0, std::memory_order_relaxed);
   struct Waiting {
     std::atomic<bool>& flag;
     explicit Waiting(std::atomic<bool>& f) : flag(f) {
@@ -813,9 +817,10 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
     // Tasks that finished before the flag was up are seen here (complete() closes its consumer
     // list with a seq_cst exchange before it loads the flag).
     const std::uint32_t unfinished = compact_open_frames();
-    if (core_.pool.live() < window) return;
+    if (roomy()) return;
     if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
     if (workers_idle()) {
+      if (core_.pool.live() < window) return;  // nothing more will finish: take what there is
       // Every published task finished. A retirement may still be on its way; after that, what
       // fills the window can only come back when a scope ends, and this thread would end it.
       core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
@@ -837,15 +842,19 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
           api, window, heap_owners, core_.pool.live()));
     }
     core_.window_done.store(0, std::memory_order_relaxed);
+    // Every kWindowTick it settles for any free slot, so tasks finishing slowly (a long task
+    // the rest wait for) still let the orchestration go on.
+    const auto tick = std::min(deadline, std::chrono::steady_clock::now() + kWindowTick);
     const bool woke = core_.orch_wake.await(
         [this, batch] {
           return core_.window_done.load(std::memory_order_seq_cst) >= batch || workers_idle() ||
                  core_.run.failed();
         },
-        core_.timing.spin, deadline);
+        core_.timing.spin, tick);
     if (!woke) {
       compact_open_frames();
       if (core_.pool.live() < window) return;
+      if (std::chrono::steady_clock::now() < deadline) continue;
       if (run_bound) check_run_deadline();
       throw TimeoutError(fmt::format(
           "Orchestrator::{}: the task window (WorkerOptions::task_window = {}) stayed full for "

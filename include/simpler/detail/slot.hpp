@@ -163,9 +163,11 @@ class SlotPool {
     for (std::uint32_t i = kChunkSize; i-- > 0;) free_.push_back(base + i);
   }
 
+  // The chunk table is read by every engine thread per task; the free list and the count are
+  // written by the Orchestrator per task, so they get a cache line of their own.
   std::unique_ptr<std::unique_ptr<Slot[]>[]> chunks_;
   std::uint32_t chunk_count_ = 0;
-  std::uint32_t live_ = 0;
+  alignas(64) std::uint32_t live_ = 0;
   std::vector<TaskSlot> free_;
 };
 
