@@ -71,11 +71,15 @@ class EventCount {
   }
 
   /// Polls `ready()` for up to `spin`: kPollsBeforeYield polls, then a yield every
-  /// kPollsPerYield polls: on a 2-core
-  /// machine the thread we wait for may be runnable on this very core (waiting 256 polls, ~8 us,
-  /// per yield made hand-offs between threads sharing a core cost ~17 us). The clock is read
-  /// every 4 yields only (reading it every 32 polls was 8 % of a profile).
-  static constexpr int kPollsBeforeYield = 64;
+  /// kPollsPerYield polls. On a 2-core machine the engine runs more threads than cores (the
+  /// orchestration, the scheduler, the lanes), so the thread we wait for is often runnable on
+  /// this very core: waiting 256 polls (~8 us) per yield made such hand-offs cost ~17 us, and
+  /// 64 pure polls before the first yield still cost a one-task run() 4.5 us against 2.7 us with
+  /// 16 (and 100k independent tasks 605-644 against 435-555 ns/task). A partner on another core
+  /// answers within a few polls (a cross-core round trip is ~120 ns), so 16 keeps that case
+  /// free of syscalls. The clock is read every 4 yields only (reading it every 32 polls was 8 %
+  /// of a profile).
+  static constexpr int kPollsBeforeYield = 16;
   static constexpr int kPollsPerYield = 32;
 
   template <class Ready>
@@ -83,8 +87,8 @@ class EventCount {
     if (ready()) return true;
     if (spin.count() <= 0) return false;
     const auto end = std::chrono::steady_clock::now() + spin;
-    // First a short pure spin (~2 us): a partner on another core answers within it, and a yield
-    // (a syscall, several us on this VM) would only slow that case down.
+    // First a short pure spin (~0.5 us): a partner on another core answers within it, and a
+    // yield (a syscall, ~1 us or more on this VM) would only slow that case down.
     for (int i = 0; i < kPollsBeforeYield; ++i) {
       cpu_relax();
       if (ready()) return true;
