@@ -194,6 +194,25 @@ TEST_CASE("a task window that stays full past heap_wait is a TimeoutError",
   CHECK(ran.load() == 14);
 }
 
+TEST_CASE("a window TimeoutError counts unfinished tasks of scopes that already ended",
+          "[engine][window][timeout]") {
+  WorkerOptions opts = window_options(2, 4);
+  opts.heap_wait = std::chrono::milliseconds(200);
+  Worker w(opts);
+  Gate gate;
+  auto blocked = w.register_sub("blocked", [&](TaskArgsView) { gate.wait(); });
+  w.init();
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    {
+      auto s = o.scope();  // ended below: its 4 tasks are alive, but in no open scope's frame
+      for (int i = 0; i < 4; ++i) o.submit_sub(blocked, TaskArgs());
+    }
+    CHECK_THROWS_MATCHES(o.submit_sub(blocked, TaskArgs()), TimeoutError,
+                         WhatContains("4 tasks alive, 4 of them not finished"));
+    gate.open();
+  });
+}
+
 TEST_CASE("the run's deadline bounds a wait for the task window", "[engine][window][timeout]") {
   WorkerOptions opts = window_options(1, 2);
   opts.run_timeout = std::chrono::milliseconds(200);  // well before heap_wait (10 s)

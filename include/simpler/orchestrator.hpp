@@ -212,11 +212,13 @@ class OrchestratorBase {
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
   /// Drops the reference of the scope at depth `d` + 1 on each of its tasks that finished,
-  /// succeeded and owns no heap bytes (a flat run stays bounded by the tasks in flight). Returns
-  /// how many of the tasks it keeps have not finished.
-  std::uint32_t compact_frame(std::size_t d) noexcept;
-  /// compact_frame on every open scope, collecting what retires. Returns the unfinished count.
-  std::uint32_t compact_open_frames() noexcept;
+  /// succeeded and owns no heap bytes (a flat run stays bounded by the tasks in flight).
+  void compact_frame(std::size_t d) noexcept;
+  /// compact_frame on every open scope, collecting what retires.
+  void compact_open_frames() noexcept;
+  /// Live tasks that have not finished, counted over the whole slot pool (for error messages:
+  /// tasks of scopes that already ended are in no frame).
+  [[nodiscard]] std::uint32_t count_unfinished() const noexcept;
   /// Blocks until the task window has room (WorkerOptions::task_window): wakes after a quarter
   /// of the window finished, or when the workers go idle. Throws UsageError when only ending a
   /// scope could make room, TimeoutError past heap_wait (or the run's deadline).

@@ -782,12 +782,21 @@ inline bool OrchestratorBase::workers_idle() const noexcept {
          core_.sched_idle.load(std::memory_order_seq_cst);
 }
 
-inline std::uint32_t OrchestratorBase::compact_open_frames() noexcept {
+inline void OrchestratorBase::compact_open_frames() noexcept {
   drain_retired();
-  std::uint32_t unfinished = 0;
-  for (std::size_t d = 0; d < static_cast<std::size_t>(depth_); ++d) unfinished += compact_frame(d);
+  for (std::size_t d = 0; d < static_cast<std::size_t>(depth_); ++d) compact_frame(d);
   drain_retired();
-  return unfinished;
+}
+
+inline std::uint32_t OrchestratorBase::count_unfinished() const noexcept {
+  std::uint32_t n = 0;
+  for (TaskSlot id = 0; id < core_.pool.capacity(); ++id) {
+    const Slot& s = core_.pool.at(id);
+    // A free slot's consumer list is left closed by its last task, so check the state first.
+    if (s.state.load(std::memory_order_acquire) == TaskState::Free) continue;
+    n += s.consumers.load(std::memory_order_acquire) != detail::closed_list() ? 1U : 0U;
+  }
+  return n;
 }
 
 inline void OrchestratorBase::wait_for_window(const char* api) {
@@ -816,7 +825,7 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
   for (;;) {
     // Tasks that finished before the flag was up are seen here (complete() closes its consumer
     // list with a seq_cst exchange before it loads the flag).
-    const std::uint32_t unfinished = compact_open_frames();
+    compact_open_frames();
     if (roomy()) return;
     if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
     if (workers_idle()) {
@@ -862,7 +871,7 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
           "orchestration. Raise WorkerOptions::heap_wait (how long a submit waits) or "
           "task_window, or look for a task that does not finish (CallConfig::timeout and "
           "WorkerOptions::task_timeout bound them)",
-          api, window, core_.timing.heap_wait.count(), core_.pool.live(), unfinished));
+          api, window, core_.timing.heap_wait.count(), core_.pool.live(), count_unfinished()));
     }
   }
 }
@@ -908,10 +917,9 @@ inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> s
   return t;
 }
 
-inline std::uint32_t OrchestratorBase::compact_frame(std::size_t d) noexcept {
+inline void OrchestratorBase::compact_frame(std::size_t d) noexcept {
   auto& frame = frames_[d];
   std::size_t kept = 0;
-  std::uint32_t unfinished = 0;
   for (const TaskSlot id : frame) {
     Slot& s = core_.pool.at(id);
     // Finished (acquire: its outcome is final once its consumer list is closed), succeeded, and
@@ -922,13 +930,11 @@ inline std::uint32_t OrchestratorBase::compact_frame(std::size_t d) noexcept {
     if (finished && s.heap_ring < 0 && !s.failed.load(std::memory_order_relaxed)) {
       release_ref(s);
     } else {
-      unfinished += finished ? 0U : 1U;
       frame[kept++] = id;
     }
   }
   frame.resize(kept);
   frame_compact_at_[d] = std::max(kFrameCompactMin, 2 * kept);
-  return unfinished;
 }
 
 inline void OrchestratorBase::scope_begin() {
