@@ -80,6 +80,9 @@ TEMPLATE_TEST_CASE("an orchestration that outruns its workers waits at the task 
   const WorkerStats st = w.stats();
   CHECK(st.tasks_submitted == 2 * kTasks);
   CHECK(st.tasks_completed == 2 * kTasks);
+  // Each wait lasts until a quarter of the window is free: at least that many tasks per wait.
+  CHECK(st.window_waits >= 1);
+  CHECK(st.window_waits <= 2 * kTasks / (kWindow / 4));
   CHECK(w.orchestrator().live_tasks() == 0);
 }
 
@@ -245,7 +248,9 @@ TEST_CASE("a task that fails while submit waits for the window ends the wait wit
   w.init();
   std::string caught;
   std::jthread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // The failure lands while the third submit waits for the window (the stat counts the wait
+    // before it sleeps; 10 s at most, so a broken wait cannot hang the test).
+    eventually([&] { return w.stats().window_waits >= 1; });
     first.open();
     for (int i = 0; i < 300 && !second.is_open(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -310,6 +315,7 @@ TEST_CASE("a submit at a full window waits for a quarter of it, then takes any f
     released.store(1'000'000);
   });
   REQUIRE(first_four_done);
+  CHECK(w.stats().window_waits == 1);
   // It waited (for the tick: nothing else finished) rather than taking one of the 4 at once...
   CHECK(blocked >= std::chrono::milliseconds(5));
   // ... and then went on with what was free, without waiting for more tasks to finish (nor

@@ -298,6 +298,7 @@ TEST_CASE("stats count tasks, failures and skips exactly, per lane and in all", 
   CHECK(s.tasks_skipped == 3);  // boom's consumers, never handed to a lane
   CHECK(s.tasks_in_flight == 0);
   CHECK(s.ready_queued == 0);
+  CHECK(s.window_waits == 0);  // 14 tasks in a window of 65536
   std::uint64_t submitted_to_lanes = 0, completed = 0, failed = 0, skipped = 0, in_flight = 0;
   for (const LaneStats& l : s.lanes) {
     submitted_to_lanes += l.submitted;

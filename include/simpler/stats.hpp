@@ -53,6 +53,10 @@ struct WorkerStats {
   std::uint64_t tasks_in_flight = 0;
   /// Tasks ready to run and waiting in the scheduler's queues for a lane (not yet handed to one).
   std::uint64_t ready_queued = 0;
+  /// Times a submit or alloc found the task window (WorkerOptions::task_window) full and waited
+  /// for tasks to finish: the orchestration outran its workers (back-pressure). Each wait lasts
+  /// until a quarter of the window is free.
+  std::uint64_t window_waits = 0;
   std::vector<LaneStats> lanes;  ///< sub workers first, then next-level workers, by WorkerId
   std::vector<HeapRingStats> heap_rings;
 };

@@ -809,6 +809,7 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
   const auto roomy = [&] { return core_.pool.live() + batch <= window; };
   compact_open_frames();
   if (roomy()) return;
+  core_.stats.window_waits.add();
   bool run_bound = false;
   const auto deadline = submit_wait_deadline(run_bound);
   // While this is set, finishing tasks are counted; the one that completes a quarter of the

@@ -56,6 +56,7 @@ struct EngineStats {
   alignas(64) StatCounter submitted;
   StatCounter runs_completed;
   StatCounter runs_failed;
+  StatCounter window_waits;  ///< submits/allocs that waited for the task window
   // The scheduler thread: tasks it ended itself (groups, tasks skipped before reaching a lane,
   // tasks of lost lanes), and how many tasks wait in its queues.
   alignas(64) OutcomeCounters sched;
