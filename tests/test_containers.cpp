@@ -1,17 +1,22 @@
-// Tests for the detail containers: SmallVec (inline-storage vector) and RingBuffer (FIFO).
+// Tests for the detail containers: SmallVec (inline-storage vector), RingBuffer (FIFO) and
+// OrderedIndex (B+ tree).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <numeric>
 #include <random>
 #include <utility>
 #include <vector>
 
+#include "simpler/detail/ordered_index.hpp"
 #include "simpler/detail/ring_buffer.hpp"
 #include "simpler/detail/small_vec.hpp"
 
+using simpler::detail::OrderedIndex;
 using simpler::detail::RingBuffer;
 using simpler::detail::SmallVec;
 
@@ -424,4 +429,158 @@ TEST_CASE("a RingBuffer matches std::deque over random pushes and pops", "[conta
     ref.pop_front();
   }
   CHECK(q.empty());
+}
+
+namespace {
+
+// Checks every way of reading an OrderedIndex against the std::map holding the same entries:
+// forward and backward walks, and lower_bound / find of present, absent and outside keys.
+template <class Index>
+void check_same(const Index& ix, const std::map<std::uint64_t, std::uint64_t>& ref,
+                std::mt19937_64& rng) {
+  REQUIRE(ix.size() == ref.size());
+  REQUIRE(ix.empty() == ref.empty());
+  auto it = ix.begin();
+  for (const auto& [k, v] : ref) {
+    REQUIRE(it != ix.end());
+    REQUIRE(it.key() == k);
+    REQUIRE(it.value() == v);
+    ++it;
+  }
+  REQUIRE(it == ix.end());
+  auto back = ix.end();
+  for (auto r = ref.rbegin(); r != ref.rend(); ++r) {
+    REQUIRE(ix.prev(back));
+    REQUIRE(back.key() == r->first);
+  }
+  REQUIRE_FALSE(ix.prev(back));
+  for (int i = 0; i < 64; ++i) {
+    const std::uint64_t k = rng() % 5000;
+    const auto want = ref.lower_bound(k);
+    const auto got = ix.lower_bound(k);
+    if (want == ref.end()) {
+      REQUIRE(got == ix.end());
+    } else {
+      REQUIRE(got != ix.end());
+      REQUIRE(got.key() == want->first);
+    }
+    REQUIRE((ix.find(k) != ix.end()) == ref.contains(k));
+  }
+}
+
+template <class Index>
+void random_against_map(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Index ix;
+  std::map<std::uint64_t, std::uint64_t> ref;
+  std::vector<typename Index::Place> places;  // where inserted entries went
+  // Phases: grow to ~2000 keys, shrink to a few, grow again, empty completely; clustered and
+  // scattered keys, so leaves split, empty out and merge at both ends and in the middle.
+  const int phases[] = {3000, -2900, 2500, -100000, 500};
+  for (int phase : phases) {
+    const bool grow = phase > 0;
+    const int steps = grow ? phase : -phase;
+    for (int s = 0; s < steps; ++s) {
+      if (grow || rng() % 8 == 0) {
+        const std::uint64_t k = rng() % 4 == 0 ? rng() % 5000 : (s * 7) % 5000;
+        if (ref.contains(k)) continue;
+        const std::uint64_t v = rng();
+        // Plain, or near an entry that may or may not be next to the key (any place is valid).
+        auto it = s % 3 == 0 ? ix.insert(k, v) : ix.insert(ix.lower_bound(rng() % 5000), k, v);
+        places.push_back(Index::place_of(it));
+        REQUIRE(it.key() == k);
+        REQUIRE(it.value() == v);
+        ref.emplace(k, v);
+        auto next = ref.upper_bound(k);
+        ++it;
+        if (next == ref.end()) {
+          REQUIRE(it == ix.end());
+        } else {
+          REQUIRE(it.key() == next->first);
+        }
+      } else {
+        if (ref.empty()) break;
+        auto r = ref.lower_bound(rng() % 5000);
+        if (r == ref.end()) r = ref.begin();
+        // Found plainly or from a place recorded earlier, usually stale by now (its leaf split,
+        // merged or went back to the pool).
+        auto it = s % 2 == 0 || places.empty()
+                      ? ix.find(r->first)
+                      : ix.find_near(places[rng() % places.size()], r->first);
+        REQUIRE(it != ix.end());
+        REQUIRE(it.key() == r->first);
+        REQUIRE(ix.find_near(places.empty() ? nullptr : places.back(), 5000 + rng() % 10) ==
+                ix.end());
+        r = ref.erase(r);
+        it = ix.erase(it);
+        if (r == ref.end()) {
+          REQUIRE(it == ix.end());
+        } else {
+          REQUIRE(it != ix.end());
+          REQUIRE(it.key() == r->first);
+        }
+      }
+      if (s % 97 == 0) check_same(ix, ref, rng);
+    }
+    check_same(ix, ref, rng);
+  }
+  ix.clear();
+  ref.clear();
+  check_same(ix, ref, rng);
+  REQUIRE(ix.insert(42, 1).key() == 42);
+  REQUIRE(ix.find(42) != ix.end());
+}
+
+}  // namespace
+
+TEST_CASE("an OrderedIndex matches std::map over random inserts and erasures", "[containers]") {
+  // Small nodes make a deep tree: every split, merge and root change happens many times.
+  for (std::uint64_t seed = 1; seed <= 6; ++seed)
+    random_against_map<OrderedIndex<std::uint64_t, std::uint64_t, 8, 3>>(seed);
+  random_against_map<OrderedIndex<std::uint64_t, std::uint64_t>>(7);
+}
+
+TEST_CASE("an OrderedIndex erased in walks keeps what follows and empties fully", "[containers]") {
+  OrderedIndex<std::uint64_t, std::uint64_t, 8, 3> ix;
+  for (std::uint64_t k = 0; k < 1000; ++k) ix.insert(k * 2, k);
+  // Erase every other entry in one walk: each erase returns the entry after it.
+  std::uint64_t seen = 0;
+  for (auto it = ix.begin(); it != ix.end(); ++seen) {
+    REQUIRE(it.key() == seen * 2);
+    if (seen % 2 == 0) {
+      it = ix.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  REQUIRE(seen == 1000);
+  REQUIRE(ix.size() == 500);
+  REQUIRE(ix.begin().key() == 2);
+  // Then everything, walking from the back.
+  auto it = ix.end();
+  while (ix.prev(it)) {
+    it = ix.erase(it);
+    REQUIRE(it == ix.end());
+    it = ix.end();
+  }
+  REQUIRE(ix.empty());
+  REQUIRE(ix.begin() == ix.end());
+  REQUIRE(ix.leaf_count() == 1);
+}
+
+TEST_CASE("an OrderedIndex thinned out merges its sparse leaves", "[containers]") {
+  OrderedIndex<std::uint64_t, std::uint64_t, 32, 8> ix;
+  std::mt19937_64 rng(11);
+  std::vector<std::uint64_t> keys(20000);
+  std::iota(keys.begin(), keys.end(), 0);
+  std::shuffle(keys.begin(), keys.end(), rng);
+  for (std::uint64_t k : keys) ix.insert(k, k);
+  const std::size_t full = ix.leaf_count();
+  CHECK(full <= 20000 / 16 + 1);  // splits leave leaves at least half full
+  // Keep one key in 16: without merging every leaf would stay, each holding one or two.
+  for (std::uint64_t k : keys) {
+    if (k % 16 != 0) ix.erase(ix.find(k));
+  }
+  REQUIRE(ix.size() == 20000 / 16);
+  CHECK(ix.leaf_count() * 4 <= full);
 }

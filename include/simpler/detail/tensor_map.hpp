@@ -10,11 +10,12 @@
 // the bytes it overwrites. A writer drops the reader lists under it (it waited for them; later
 // tasks wait for it). Readers are not removed when they retire: an entry names the slot and its
 // generation, a stale one (the slot was reused) is skipped, and sweep() drops them in bulk.
-// Nodes come from a pool that keeps freed nodes, so a map that reached its working size
-// allocates nothing more.
+// Segments are ordered in a B+ tree (OrderedIndex: a few cache misses per walk at a million
+// segments, where a red-black tree took one per level), and segments and tree nodes come from
+// pools that keep freed records, so a map that reached its working size allocates nothing more.
 //
 // Almost every access repeats a range seen before (the same tensor again), so besides the ordered
-// map a hash index finds the segment starting at a given address in O(1): a segment with exactly
+// index a hash index finds the segment starting at a given address in O(1): a segment with exactly
 // the range asked for is the only one overlapping it (segments never overlap), so lookups,
 // reads, writes and erasures of an exact range need neither a tree walk nor an allocation; any
 // other range takes the ordered walk. erase_owned() of an exact range with no readers leaves the
@@ -27,11 +28,11 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <memory_resource>
 #include <span>
+#include <type_traits>
 #include <vector>
 
+#include "simpler/detail/ordered_index.hpp"
 #include "simpler/detail/slot.hpp"
 
 namespace simpler::detail {
@@ -45,19 +46,24 @@ struct TensorReader {
 };
 
 class TensorMap {
+  static constexpr std::size_t kInlineReaders =
+      2;  ///< readers a segment holds without a heap block
+
  public:
-  TensorMap() : map_(&pool_) {}
+  TensorMap() = default;
+  TensorMap(const TensorMap&) = delete;
+  TensorMap& operator=(const TensorMap&) = delete;
 
   /// Calls f(producer) for every writer of bytes overlapping [begin, end), in address order.
   template <class F>
   void lookup(std::uint64_t space, std::uint64_t begin, std::uint64_t end, F&& f) const {
-    if (const IndexSlot* x = exact(space, begin, end)) {
-      if (x->it->second.producer != kInvalidSlot) f(x->it->second.producer);
+    if (const Seg* x = exact(space, begin, end)) {
+      if (x->producer != kInvalidSlot) f(x->producer);
       return;
     }
-    for (auto it = first_overlap(space, begin);
-         it != map_.end() && it->first.space == space && it->first.begin < end; ++it) {
-      if (it->second.producer != kInvalidSlot) f(it->second.producer);  // holes have none
+    for (auto it = first_overlap(space, begin); within(it, space, end); ++it) {
+      const Seg& en = *it.value().seg;
+      if (en.producer != kInvalidSlot) f(en.producer);  // holes have none
     }
   }
 
@@ -65,16 +71,16 @@ class TensorMap {
   /// of the overlap, in address order.
   template <class F>
   void lookup_overlaps(std::uint64_t space, std::uint64_t begin, std::uint64_t end, F&& f) const {
-    if (const IndexSlot* x = exact(space, begin, end)) {
-      if (x->it->second.producer != kInvalidSlot) f(x->it->second.producer, end - begin);
+    if (const Seg* x = exact(space, begin, end)) {
+      if (x->producer != kInvalidSlot) f(x->producer, end - begin);
       return;
     }
-    for (auto it = first_overlap(space, begin);
-         it != map_.end() && it->first.space == space && it->first.begin < end; ++it) {
-      if (it->second.producer == kInvalidSlot) continue;
-      const std::uint64_t b = it->first.begin > begin ? it->first.begin : begin;
-      const std::uint64_t e = it->second.end < end ? it->second.end : end;
-      if (e > b) f(it->second.producer, e - b);
+    for (auto it = first_overlap(space, begin); within(it, space, end); ++it) {
+      const Seg& en = *it.value().seg;
+      if (en.producer == kInvalidSlot) continue;
+      const std::uint64_t b = en.key.begin > begin ? en.key.begin : begin;
+      const std::uint64_t e = en.end < end ? en.end : end;
+      if (e > b) f(en.producer, e - b);
     }
   }
 
@@ -91,52 +97,45 @@ class TensorMap {
   void insert(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot producer,
               OnWriter&& on_writer, OnReader&& on_reader) {
     if (begin >= end) return;  // an empty write owns no bytes
-    if (const IndexSlot* x = exact(space, begin, end)) {
+    if (Seg* x = exact(space, begin, end)) {
       // The segment of exactly these bytes is the only one under the write: take it over.
-      Entry& en = x->it->second;
-      if (en.producer != kInvalidSlot) on_writer(en.producer);
-      for (const TensorReader& r : en.readers) on_reader(r);
-      if (en.hole()) unhole(en);
-      en.producer = producer;
-      en.readers.clear();
+      if (x->producer != kInvalidSlot) on_writer(x->producer);
+      for (const TensorReader& r : x->readers) on_reader(r);
+      if (x->hole()) unhole(*x);
+      x->producer = producer;
+      x->readers.clear();
       return;
     }
     auto it = first_overlap(space, begin);
-    auto hint = it;  // where the new segment goes: before the first one past it
-    while (it != map_.end() && it->first.space == space && it->first.begin < end) {
-      if (it->second.hole()) {  // owns nothing: drop it whole
+    while (within(it, space, end)) {
+      Seg& en = *it.value().seg;
+      if (en.hole()) {  // owns nothing: drop it whole
         it = erase_segment(it);
-        hint = it;
         continue;
       }
-      const std::uint64_t eb = it->first.begin;
-      const std::uint64_t ee = it->second.end;
-      Entry& en = it->second;
+      const std::uint64_t eb = en.key.begin;
+      const std::uint64_t ee = en.end;
       if (en.producer != kInvalidSlot) on_writer(en.producer);
       for (const TensorReader& r : en.readers) on_reader(r);
       if (eb < begin) {
         if (ee > end) {
           // The write lies inside this segment: keep its head and tail.
-          Entry tail{ee, en.producer, en.readers};
-          en.end = begin;
-          hint = emplace_segment(std::next(it), Key{space, end}, std::move(tail));
+          set_end(it, begin);
+          it = add_segment(space, end, ee, en.producer, &en.readers, it);
           break;
         }
-        en.end = begin;  // keep the head [eb, begin)
-        hint = ++it;
+        set_end(it, begin);  // keep the head [eb, begin)
+        ++it;
         continue;
       }
       if (ee > end) {
-        // Keep the tail [end, ee): re-key the segment (the key is const: move it to a new node).
-        Entry tail{ee, en.producer, std::move(en.readers)};
-        it = erase_segment(it);
-        hint = emplace_segment(it, Key{space, end}, std::move(tail));
+        // Keep the tail [end, ee): the segment is re-keyed (out of both indexes and back in).
+        it = rekey(it, end);
         break;
       }
       it = erase_segment(it);
-      hint = it;
     }
-    emplace_segment(hint, Key{space, begin}, Entry{end, producer, {}});
+    add_segment(space, begin, end, producer, nullptr, it);  // `it`: what follows it
   }
 
   /// Records `reader` as a reader of [begin, end), calling on_writer(w) for each writer of those
@@ -147,58 +146,61 @@ class TensorMap {
   void add_reader(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TensorReader reader,
                   OnWriter&& on_writer, Live&& live) {
     if (begin >= end) return;
-    if (const IndexSlot* x = exact(space, begin, end)) {
-      Entry& en = x->it->second;
-      if (en.hole()) {
+    if (Seg* x = exact(space, begin, end)) {
+      if (x->hole()) {
         // Bytes nobody owns: the hole becomes the writer-less segment a gap would get.
-        unhole(en);
+        unhole(*x);
         ++writerless_made_;
-      } else if (en.producer != kInvalidSlot) {
-        on_writer(en.producer);
+      } else if (x->producer != kInvalidSlot) {
+        on_writer(x->producer);
       }
-      add_to(en.readers, reader, live);
+      add_to(x->readers, reader, live);
       return;
     }
     auto it = first_overlap(space, begin);
     std::uint64_t cursor = begin;  // bytes before it are recorded
     while (cursor < end) {
-      if (it == map_.end() || it->first.space != space || it->first.begin >= end) {
-        it = emplace_segment(it, Key{space, cursor}, Entry{end, kInvalidSlot, {}});
+      if (!within(it, space, end)) {
+        Seg* gap = add_segment(space, cursor, end, kInvalidSlot, nullptr, it).value().seg;
         ++writerless_made_;
-        add_to(it->second.readers, reader, live);
+        add_to(gap->readers, reader, live);
         break;
       }
-      if (it->second.hole()) {  // bytes nobody owns, like a gap: drop it and look again
+      Seg* en = it.value().seg;
+      if (en->hole()) {  // bytes nobody owns, like a gap: drop it and look again
         it = erase_segment(it);
         continue;
       }
-      if (it->first.begin > cursor) {
-        // A gap nobody wrote: a writer-less segment up to the next one.
-        auto gap =
-            emplace_segment(it, Key{space, cursor}, Entry{it->first.begin, kInvalidSlot, {}});
+      if (en->key.begin > cursor) {
+        // A gap nobody wrote: a writer-less segment up to the next one, which is then the next
+        // to visit (the one after the gap: the insertion invalidated `it`).
+        const std::uint64_t next_begin = en->key.begin;
+        it = add_segment(space, cursor, next_begin, kInvalidSlot, nullptr, it);
         ++writerless_made_;
-        add_to(gap->second.readers, reader, live);
-        cursor = it->first.begin;
+        add_to(it.value().seg->readers, reader, live);
+        cursor = next_begin;
+        ++it;
         continue;
       }
-      Entry& en = it->second;
-      if (it->first.begin < begin) {
+      if (en->key.begin < begin) {
         // Starts before the read: split off the part inside it and go on from there.
-        auto inner = emplace_segment(std::next(it), Key{space, begin},
-                                     Entry{en.end, en.producer, en.readers});
-        en.end = begin;
-        it = inner;
+        const std::uint64_t ee = en->end;
+        set_end(it, begin);
+        it = add_segment(space, begin, ee, en->producer, &en->readers, it);
         continue;
       }
-      if (en.end > end) {
-        // Ends after the read: split off the part after it.
-        emplace_segment(std::next(it), Key{space, end}, Entry{en.end, en.producer, en.readers});
-        en.end = end;
+      if (en->end > end) {
+        // Ends after the read: split off the part after it (the last segment of the read).
+        const std::uint64_t ee = en->end;
+        set_end(it, end);
+        add_segment(space, end, ee, en->producer, &en->readers, it);  // `it` is stale after
       }
-      if (en.producer != kInvalidSlot) on_writer(en.producer);
-      add_to(en.readers, reader, live);
-      cursor = en.end;
-      ++it;
+      if (en->producer != kInvalidSlot) on_writer(en->producer);
+      add_to(en->readers, reader, live);
+      cursor = en->end;
+      if (cursor < end) {
+        ++it;
+      }
     }
   }
 
@@ -207,26 +209,25 @@ class TensorMap {
   /// Callers pass a range the producer wrote, and a producer's segments never extend past what
   /// it wrote, so nothing outside the range is lost.
   void erase_owned(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot producer) {
-    if (const IndexSlot* x = exact(space, begin, end)) {
-      const Map::iterator it = x->it;
-      Entry& en = it->second;
-      if (en.hole() || en.producer != producer) return;
-      en.producer = kInvalidSlot;
-      if (!en.readers.empty()) {
+    if (Seg* x = exact(space, begin, end)) {
+      if (x->hole() || x->producer != producer) return;
+      x->producer = kInvalidSlot;
+      if (!x->readers.empty()) {
         ++writerless_made_;
         return;
       }
-      make_hole(it);  // for the next task that writes these bytes
+      make_hole(*x);  // for the next task that writes these bytes
       return;
     }
     auto it = first_overlap(space, begin);
-    while (it != map_.end() && it->first.space == space && it->first.begin < end) {
-      if (!it->second.hole() && it->second.producer == producer) {
-        if (it->second.readers.empty()) {
+    while (within(it, space, end)) {
+      Seg& en = *it.value().seg;
+      if (!en.hole() && en.producer == producer) {
+        if (en.readers.empty()) {
           it = erase_segment(it);
           continue;
         }
-        it->second.producer = kInvalidSlot;
+        en.producer = kInvalidSlot;
         ++writerless_made_;
       }
       ++it;
@@ -237,9 +238,10 @@ class TensorMap {
   template <class Live>
   void sweep(Live&& live) {
     writerless_made_ = 0;
-    for (auto it = map_.begin(); it != map_.end();) {
-      compact(it->second.readers, live);
-      if (it->second.producer == kInvalidSlot && it->second.readers.empty()) {
+    for (auto it = tree_.begin(); it != tree_.end();) {
+      Seg& en = *it.value().seg;
+      compact(en.readers, live);
+      if (en.producer == kInvalidSlot && en.readers.empty()) {
         it = erase_segment(it);  // holes too
       } else {
         ++it;
@@ -248,13 +250,14 @@ class TensorMap {
   }
 
   /// Segments (holes are not segments).
-  [[nodiscard]] std::size_t size() const noexcept { return map_.size() - holes_.size(); }
+  [[nodiscard]] std::size_t size() const noexcept { return tree_.size() - holes_.size(); }
   /// Writer-less segments made since the last sweep (by reads of bytes nobody wrote, or by a
   /// writer leaving bytes that have readers): the only segments that can go stale, so what
   /// tells whether a sweep would find anything.
   [[nodiscard]] std::size_t writerless_made() const noexcept { return writerless_made_; }
   void clear() noexcept {
-    map_.clear();
+    tree_.clear();
+    segs_.release();
     index_.clear();
     index_.shrink_to_fit();
     index_count_ = 0;
@@ -268,36 +271,49 @@ class TensorMap {
   /// diagnostics; writer is kInvalidSlot for a read-only segment).
   template <class F>
   void for_each_segment(F&& f) const {
-    for (const auto& [k, en] : map_) {
+    for (auto it = tree_.begin(); it != tree_.end(); ++it) {
+      const Seg& en = *it.value().seg;
       if (en.hole()) continue;
-      f(k.space, k.begin, en.end, en.producer,
+      f(en.key.space, en.key.begin, en.end, en.producer,
         std::span<const TensorReader>(en.readers.data(), en.readers.size()));
     }
   }
 
  private:
-  struct Key {
+  struct TreeKey {
     std::uint64_t space;
     std::uint64_t begin;
-    bool operator<(const Key& o) const noexcept {
+    bool operator<(const TreeKey& o) const noexcept {
       return space != o.space ? space < o.space : begin < o.begin;
     }
   };
   static constexpr std::uint32_t kNotHole = ~0U;
-  struct Entry {
-    std::uint64_t end;
-    TaskSlot producer;                  // the writer, or kInvalidSlot (read only, or a hole)
-    SmallVec<TensorReader, 2> readers;  // readers since the writer (Hazards::All)
-    std::uint32_t hole_at = kNotHole;   // a hole (see the header comment): where in holes_
+  /// A segment: its bytes [key.begin, end) of key.space, its writer and its readers. Kept at a
+  /// fixed address while it lives (the tree and the hash index point at it).
+  struct Seg {
+    TreeKey key{};
+    std::uint64_t end = 0;
+    TaskSlot producer = kInvalidSlot;  // the writer, or kInvalidSlot (read only, or a hole)
+    std::uint32_t hole_at = kNotHole;  // a hole (see the header comment): where in holes_
+    SmallVec<TensorReader, kInlineReaders> readers;  // readers since the writer (Hazards::All)
+    const void* place = nullptr;  // its tree leaf when it went in (OrderedIndex::Place)
     [[nodiscard]] bool hole() const noexcept { return hole_at != kNotHole; }
   };
-  using Map = std::pmr::map<Key, Entry>;
+  /// A tree entry: the segment and a copy of its end, so a walk tells where a segment ends
+  /// without a cache miss on the segment itself (set_end keeps the two equal).
+  struct Ref {
+    Seg* seg;
+    std::uint64_t end;
+  };
+  using Tree = OrderedIndex<TreeKey, Ref>;
+  static_assert(std::is_same_v<Tree::Place, const void*>);
+  using Iter = Tree::iterator;
 
   /// Holes kept whatever the map's size (plus a quarter of the segments).
   static constexpr std::size_t kHolesKept = 1024;
 
   template <class Live>
-  static void compact(SmallVec<TensorReader, 2>& rs, Live& live) {
+  static void compact(SmallVec<TensorReader, kInlineReaders>& rs, Live& live) {
     std::size_t kept = 0;
     for (std::size_t i = 0; i < rs.size(); ++i) {
       if (live(rs[i])) rs[kept++] = rs[i];
@@ -305,65 +321,106 @@ class TensorMap {
     rs.resize_uninit(kept);
   }
   template <class Live>
-  static void add_to(SmallVec<TensorReader, 2>& rs, TensorReader r, Live& live) {
+  static void add_to(SmallVec<TensorReader, kInlineReaders>& rs, TensorReader r, Live& live) {
     if (!rs.empty() && rs.back() == r) return;  // the same task reads these bytes twice
     if (rs.size() == rs.capacity()) compact(rs, live);
     rs.push_back(r);
   }
 
-  // The first segment that may overlap [begin, ...): the one starting before `begin` if it
-  // reaches past it, else the first starting at or after `begin`.
-  Map::iterator first_overlap(std::uint64_t space, std::uint64_t begin) {
-    auto it = map_.lower_bound(Key{space, begin});
-    if (it != map_.begin()) {
-      auto prev = std::prev(it);
-      if (prev->first.space == space && prev->second.end > begin) return prev;
-    }
-    return it;
-  }
-  Map::const_iterator first_overlap(std::uint64_t space, std::uint64_t begin) const {
-    return const_cast<TensorMap*>(this)->first_overlap(space, begin);
+  // Moves the end of the segment at `it` (a trim: its place in the order does not change).
+  static void set_end(Iter it, std::uint64_t end) noexcept {
+    it.value().end = end;
+    it.value().seg->end = end;
   }
 
-  // Every segment (holes included) goes in and out of the map through these two, which keep
-  // the index in step.
-  Map::iterator emplace_segment(Map::iterator hint, Key k, Entry&& e) {
-    auto it = map_.emplace_hint(hint, k, std::move(e));
-    index_insert(it);
+  // Whether `it` is a segment of `space` starting before `end` (the walks' loop condition;
+  // reads only the tree's key, not the segment).
+  [[nodiscard]] bool within(Iter it, std::uint64_t space, std::uint64_t end) const noexcept {
+    return it != tree_.end() && it.key().space == space && it.key().begin < end;
+  }
+
+  // The first segment that may overlap [begin, ...): the one starting before `begin` if it
+  // reaches past it, else the first starting at or after `begin`.
+  [[nodiscard]] Iter first_overlap(std::uint64_t space, std::uint64_t begin) const noexcept {
+    const Iter it = tree_.lower_bound(TreeKey{space, begin});
+    Iter prev = it;
+    if (tree_.prev(prev) && prev.key().space == space && prev.value().end > begin) return prev;
     return it;
   }
-  Map::iterator erase_segment(Map::iterator it) {
-    if (it->second.hole()) unhole(it->second);
-    index_erase(it);
-    return map_.erase(it);
+
+  // Every segment (holes included) goes in and out of the tree through these, which keep the
+  // hash index in step. add_segment copies `readers` when given; `near` is a segment next to
+  // the new one, if the caller has one (it saves the tree walk: OrderedIndex::insert).
+  Iter add_segment(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot producer,
+                   const SmallVec<TensorReader, kInlineReaders>* readers, Iter near) {
+    Seg* s = segs_.get();
+    s->key = TreeKey{space, begin};
+    s->end = end;
+    s->producer = producer;
+    s->hole_at = kNotHole;
+    if (readers != nullptr) {
+      s->readers = *readers;
+    } else {
+      s->readers.clear();
+    }
+    const Iter it = tree_.insert(near, s->key, Ref{s, end});
+    s->place = Tree::place_of(it);
+    index_insert(s);
+    return it;
+  }
+  Iter erase_segment(Iter it) {
+    Seg* s = it.value().seg;
+    if (s->hole()) unhole(*s);
+    index_erase(s);
+    // Back to inline storage: a segment made later starts like a new one (its list compacts
+    // at the same sizes), and a freed segment keeps no heap block.
+    if (s->readers.capacity() > kInlineReaders) {
+      s->readers = SmallVec<TensorReader, kInlineReaders>();
+    } else {
+      s->readers.clear();
+    }
+    segs_.put(s);
+    return tree_.erase(it);
+  }
+  // Moves the segment at `it` to start at `begin` (inside it); returns it at its new place.
+  Iter rekey(Iter it, std::uint64_t begin) {
+    Seg* s = it.value().seg;
+    index_erase(s);
+    const Iter after = tree_.erase(it);
+    s->key.begin = begin;
+    index_insert(s);
+    const Iter at = tree_.insert(after, s->key, Ref{s, s->end});
+    s->place = Tree::place_of(at);
+    return at;
   }
 
   // A writer-less segment without readers becomes a hole; past the limit an older hole goes
   // (never the newest: the next writer of a chain is about to revive it), in O(1).
-  void make_hole(Map::iterator it) {
-    it->second.hole_at = static_cast<std::uint32_t>(holes_.size());
-    holes_.push_back(it);
-    if (holes_.size() > kHolesKept + (map_.size() - holes_.size()) / 4) {
+  void make_hole(Seg& s) {
+    s.hole_at = static_cast<std::uint32_t>(holes_.size());
+    holes_.push_back(&s);
+    if (holes_.size() > kHolesKept + (tree_.size() - holes_.size()) / 4) {
       hole_cursor_ = (hole_cursor_ + 1) % (holes_.size() - 1);
-      erase_segment(holes_[hole_cursor_]);
+      const Seg* old = holes_[hole_cursor_];
+      erase_segment(tree_.find_near(old->place, old->key));
     }
   }
   // Takes a hole off holes_ (it is revived or leaves the map).
-  void unhole(Entry& en) noexcept {
-    const std::uint32_t i = en.hole_at;
+  void unhole(Seg& s) noexcept {
+    const std::uint32_t i = s.hole_at;
     holes_[i] = holes_.back();
-    holes_[i]->second.hole_at = i;
+    holes_[i]->hole_at = i;
     holes_.pop_back();
-    en.hole_at = kNotHole;
+    s.hole_at = kNotHole;
   }
 
   // The index: open addressing with linear probing over a power-of-two table, at most half
-  // full (a quarter after growing or shrinking); an entry is a segment's node and the hash of
-  // its key, so probing compares hashes and looks at the node only on a match, and an erasure
-  // shifts the entries after it back without looking at any node.
+  // full (a quarter after growing or shrinking); an entry is a segment and the hash of its key,
+  // so probing compares hashes and looks at the segment only on a match, and an erasure shifts
+  // the entries after it back without looking at any segment.
   struct IndexSlot {
     std::uint64_t hash;  // 0: empty
-    Map::iterator it;
+    Seg* seg;
   };
   static std::uint64_t hash_of(std::uint64_t space, std::uint64_t begin) noexcept {
     // Addresses are aligned: mix every bit into the low ones the table uses (murmur3's final
@@ -376,22 +433,22 @@ class TensorMap {
     x ^= x >> 33U;
     return x != 0 ? x : 1;  // 0 marks an empty slot
   }
-  // The index slot of the segment of exactly [begin, end) in `space` (maybe a hole), or nullptr.
-  const IndexSlot* exact(std::uint64_t space, std::uint64_t begin,
-                         std::uint64_t end) const noexcept {
+  // The segment of exactly [begin, end) in `space` (maybe a hole), or nullptr.
+  [[nodiscard]] Seg* exact(std::uint64_t space, std::uint64_t begin,
+                           std::uint64_t end) const noexcept {
     if (index_.empty()) return nullptr;
     const std::uint64_t h = hash_of(space, begin);
     const std::size_t mask = index_.size() - 1;
     for (std::size_t i = h & mask;; i = (i + 1) & mask) {
       const IndexSlot& sl = index_[i];
       if (sl.hash == 0) return nullptr;
-      if (sl.hash == h && sl.it->first.begin == begin && sl.it->first.space == space)
-        return sl.it->second.end == end ? &sl : nullptr;
+      if (sl.hash == h && sl.seg->key.begin == begin && sl.seg->key.space == space)
+        return sl.seg->end == end ? sl.seg : nullptr;
     }
   }
-  void index_insert(Map::iterator it) {
+  void index_insert(Seg* s) {
     if ((index_count_ + 1) * 2 > index_.size()) rehash(index_.empty() ? 16 : index_.size() * 2);
-    place(IndexSlot{hash_of(it->first.space, it->first.begin), it});
+    place(IndexSlot{hash_of(s->key.space, s->key.begin), s});
     ++index_count_;
   }
   void place(IndexSlot s) noexcept {
@@ -400,11 +457,11 @@ class TensorMap {
     while (index_[i].hash != 0) i = (i + 1) & mask;
     index_[i] = s;
   }
-  void index_erase(Map::iterator it) {
+  void index_erase(const Seg* s) {
     const std::size_t mask = index_.size() - 1;
-    const std::uint64_t h = hash_of(it->first.space, it->first.begin);
+    const std::uint64_t h = hash_of(s->key.space, s->key.begin);
     std::size_t i = h & mask;
-    while (index_[i].hash != h || index_[i].it != it) i = (i + 1) & mask;
+    while (index_[i].hash != h || index_[i].seg != s) i = (i + 1) & mask;
     // Backward shift: move up each later entry of the run whose home is not in (i, j].
     for (std::size_t j = (i + 1) & mask; index_[j].hash != 0; j = (j + 1) & mask) {
       const std::size_t home = index_[j].hash & mask;
@@ -414,24 +471,24 @@ class TensorMap {
         i = j;
       }
     }
-    index_[i] = IndexSlot{0, {}};
+    index_[i] = IndexSlot{0, nullptr};
     --index_count_;
     if (index_.size() > 64 && index_count_ * 8 < index_.size()) rehash(index_.size() / 2);
   }
   void rehash(std::size_t slots) {
-    std::vector<IndexSlot> old(slots, IndexSlot{0, {}});
+    std::vector<IndexSlot> old(slots, IndexSlot{0, nullptr});
     old.swap(index_);
     for (const IndexSlot& s : old) {
       if (s.hash != 0) place(s);
     }
   }
 
-  std::pmr::unsynchronized_pool_resource pool_;
-  Map map_;
-  std::vector<IndexSlot> index_;      // empty until the first segment
-  std::size_t index_count_ = 0;       // segments in index_: map_.size()
-  std::vector<Map::iterator> holes_;  // the segments of map_ that are holes
-  std::size_t hole_cursor_ = 0;       // where make_hole() last dropped one
+  Tree tree_;                     // every segment (holes included), by (space, begin)
+  RecordPool<Seg> segs_;          // the segments' storage
+  std::vector<IndexSlot> index_;  // empty until the first segment
+  std::size_t index_count_ = 0;   // segments in index_: tree_.size()
+  std::vector<Seg*> holes_;       // the segments of tree_ that are holes
+  std::size_t hole_cursor_ = 0;   // where make_hole() last dropped one
   std::size_t writerless_made_ = 0;
 };
 

@@ -1,0 +1,443 @@
+// simpler::detail::OrderedIndex — an ordered map of unique keys to small values, as a B+ tree.
+//
+// For the TensorMap's range walks at a million live segments: a red-black tree there costs one
+// cache miss per level (~20 levels), a B+ tree with leaves of kLeafCap keys a handful, most of
+// them in inner nodes small enough to stay cached. Keys and values are trivially copyable and
+// stored in the nodes; leaves are linked both ways for in-order walks.
+//
+// Iterators are (leaf, position) and, unlike std::map's, every insert() or erase() invalidates
+// them all, except the one each returns. Erasure removes a leaf once it is empty and merges a leaf
+// under a quarter full into a sibling of the same parent that has room, so the leaves stay
+// proportional to the keys; inner nodes are dropped only when empty. Nodes come from pools that
+// keep freed nodes, so a map that reached its working size allocates nothing more. Single-owner:
+// not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+namespace simpler::detail {
+
+/// Records of one type, handed out and taken back without freeing (all freed with the pool).
+/// A record handed out again keeps what it held: the caller sets every field.
+template <class T>
+class RecordPool {
+ public:
+  T* get() {
+    if (free_.empty()) grow();
+    T* p = free_.back();
+    free_.pop_back();
+    return p;
+  }
+  void put(T* p) { free_.push_back(p); }
+  /// Frees every record, handed out or not.
+  void release() noexcept {
+    free_.clear();
+    free_.shrink_to_fit();
+    chunks_.clear();
+    chunks_.shrink_to_fit();
+  }
+
+ private:
+  static constexpr std::size_t kChunk = 64;
+  void grow() {
+    auto chunk = std::make_unique<T[]>(kChunk);
+    free_.reserve(free_.size() + kChunk);
+    for (std::size_t i = kChunk; i-- > 0;) free_.push_back(&chunk[i]);
+    chunks_.push_back(std::move(chunk));
+  }
+  std::vector<std::unique_ptr<T[]>> chunks_;
+  std::vector<T*> free_;
+};
+
+template <class K, class V, std::uint32_t kLeafCap = 30, std::uint32_t kInnerCap = 30>
+class OrderedIndex {
+  static_assert(std::is_trivially_copyable_v<K> && std::is_trivially_copyable_v<V>);
+  static_assert(kLeafCap >= 8 && kInnerCap >= 3);
+
+  struct Inner;
+  struct Node {
+    Inner* parent = nullptr;
+    std::uint32_t n = 0;  // keys held
+    bool leaf = true;
+  };
+  struct Leaf : Node {
+    Leaf* prev = nullptr;
+    Leaf* next = nullptr;
+    K keys[kLeafCap];
+    V vals[kLeafCap];
+  };
+  // kids[c] holds the keys k with keys[c-1] <= k < keys[c]: n keys, n + 1 kids.
+  struct Inner : Node {
+    K keys[kInnerCap];
+    Node* kids[kInnerCap + 1];
+  };
+
+ public:
+  class iterator {
+   public:
+    iterator() = default;
+    [[nodiscard]] const K& key() const noexcept { return leaf_->keys[i_]; }
+    [[nodiscard]] V& value() const noexcept { return leaf_->vals[i_]; }
+    iterator& operator++() noexcept {
+      if (++i_ == leaf_->n) {
+        leaf_ = leaf_->next;
+        i_ = 0;
+      }
+      return *this;
+    }
+    bool operator==(const iterator&) const = default;
+
+   private:
+    friend class OrderedIndex;
+    iterator(Leaf* l, std::uint32_t i) noexcept : leaf_(l), i_(i) {}
+    Leaf* leaf_ = nullptr;  // nullptr: end()
+    std::uint32_t i_ = 0;
+  };
+
+  OrderedIndex() { reset(); }
+  OrderedIndex(const OrderedIndex&) = delete;
+  OrderedIndex& operator=(const OrderedIndex&) = delete;
+
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] iterator begin() const noexcept { return size_ == 0 ? end() : iterator(first_, 0); }
+  [[nodiscard]] iterator end() const noexcept { return {}; }
+
+  /// The first key not less than `k`.
+  [[nodiscard]] iterator lower_bound(const K& k) const noexcept {
+    Leaf* l = leaf_for(k);
+    const std::uint32_t i = lower(l->keys, l->n, k);
+    if (i == l->n) return l->next != nullptr ? iterator(l->next, 0) : end();
+    return {l, i};
+  }
+  [[nodiscard]] iterator find(const K& k) const noexcept {
+    const iterator it = lower_bound(k);
+    return it != end() && !(k < it.key()) ? it : end();
+  }
+  /// Where an entry is now (its leaf), for find_near(). A place stays safe to pass after any
+  /// change short of clear(): leaves are pooled, and an emptied leaf holds no keys.
+  using Place = const void*;
+  [[nodiscard]] static Place place_of(iterator it) noexcept { return it.leaf_; }
+  /// find(k), first looking in the leaf at `near` and its neighbours: an entry leaves its leaf
+  /// only when the leaf splits (the upper half moves to the next leaf) or merges into the
+  /// previous one, so a recent place usually saves the walk from the root.
+  [[nodiscard]] iterator find_near(Place near, const K& k) const noexcept {
+    const auto* at = static_cast<const Leaf*>(near);
+    if (at != nullptr) {
+      for (Leaf* l : {const_cast<Leaf*>(at), at->next, at->prev}) {
+        if (l == nullptr || l->n == 0 || k < l->keys[0] || l->keys[l->n - 1] < k) continue;
+        const std::uint32_t i = lower(l->keys, l->n, k);
+        if (!(k < l->keys[i])) return {l, i};
+        return end();  // inside this leaf's span and not in it: absent
+      }
+    }
+    return find(k);
+  }
+
+  /// Moves `it` to the key before it (from end(): the last). False when there is none.
+  bool prev(iterator& it) const noexcept {
+    if (it.leaf_ == nullptr) {
+      if (size_ == 0) return false;
+      it = iterator(last_, last_->n - 1);
+      return true;
+    }
+    if (it.i_ != 0) {
+      --it.i_;
+      return true;
+    }
+    if (it.leaf_->prev == nullptr) return false;
+    it = iterator(it.leaf_->prev, it.leaf_->prev->n - 1);
+    return true;
+  }
+
+  /// Adds `k` -> `v`; `k` must not be present. Returns the new entry.
+  iterator insert(const K& k, V v) { return insert(end(), k, v); }
+  /// As insert(k, v), starting from the leaf of `near` (any valid iterator, or end()) when `k`
+  /// falls strictly inside that leaf's keys: an entry next to one just visited goes in without
+  /// a second walk from the root.
+  iterator insert(iterator near, const K& k, V v) {
+    Leaf* l = near.leaf_;
+    if (l == nullptr || l->n == 0 || !(l->keys[0] < k) || !(k < l->keys[l->n - 1])) {
+      l = leaf_for(k);
+    }
+    const std::uint32_t i = lower(l->keys, l->n, k);
+    ++size_;
+    if (l->n < kLeafCap) {
+      put(l, i, k, v);
+      return {l, i};
+    }
+    // Full: the upper half moves to a new leaf after it, which the parent then separates.
+    Leaf* r = new_leaf();
+    constexpr std::uint32_t h = kLeafCap / 2;
+    r->n = kLeafCap - h;
+    for (std::uint32_t j = 0; j < r->n; ++j) {
+      r->keys[j] = l->keys[h + j];
+      r->vals[j] = l->vals[h + j];
+    }
+    l->n = h;
+    r->prev = l;
+    r->next = l->next;
+    (l->next != nullptr ? l->next->prev : last_) = r;
+    l->next = r;
+    add_child(l, r->keys[0], r);
+    if (i <= h) {
+      put(l, i, k, v);
+      return {l, i};
+    }
+    put(r, i - h, k, v);
+    return {r, i - h};
+  }
+
+  /// Removes the entry at `it`; returns the entry after it. Erasing end() does nothing.
+  iterator erase(iterator it) noexcept {
+    Leaf* l = it.leaf_;
+    if (l == nullptr) return end();
+    const std::uint32_t i = it.i_;
+    for (std::uint32_t j = i + 1; j < l->n; ++j) {
+      l->keys[j - 1] = l->keys[j];
+      l->vals[j - 1] = l->vals[j];
+    }
+    --l->n;
+    --size_;
+    if (l->n == 0) {
+      if (l == root_) return end();  // the tree is empty: its root leaf stays
+      Leaf* after = l->next;
+      drop_leaf(l);
+      return after != nullptr ? iterator(after, 0) : end();
+    }
+    if (l->n < kLeafCap / 4) {
+      // Sparse: merge it into a sibling of the same parent with room, keeping what follows `i`.
+      Leaf* nx = l->next;
+      Leaf* pv = l->prev;
+      if (nx != nullptr && nx->parent == l->parent && l->n + nx->n <= kLeafCap * 3 / 4) {
+        absorb(l, nx);
+      } else if (pv != nullptr && pv->parent == l->parent && pv->n + l->n <= kLeafCap * 3 / 4) {
+        const std::uint32_t at = pv->n + i;
+        const bool more = i < l->n;
+        absorb(pv, l);
+        if (more) return {pv, at};
+        return pv->next != nullptr ? iterator(pv->next, 0) : end();
+      }
+    }
+    if (i < l->n) return {l, i};
+    return l->next != nullptr ? iterator(l->next, 0) : end();
+  }
+
+  /// Leaves in use (walks them: for tests and diagnostics).
+  [[nodiscard]] std::size_t leaf_count() const noexcept {
+    std::size_t n = 0;
+    for (const Leaf* l = first_; l != nullptr; l = l->next) ++n;
+    return n;
+  }
+
+  /// Drops every entry and gives back all memory.
+  void clear() noexcept {
+    leaves_.release();
+    inners_.release();
+    reset();
+  }
+
+ private:
+  static std::uint32_t lower(const K* keys, std::uint32_t n, const K& k) noexcept {
+    std::uint32_t lo = 0;
+    while (n > 0) {
+      const std::uint32_t half = n / 2;
+      if (keys[lo + half] < k) {
+        lo += half + 1;
+        n -= half + 1;
+      } else {
+        n = half;
+      }
+    }
+    return lo;
+  }
+  static std::uint32_t upper(const K* keys, std::uint32_t n, const K& k) noexcept {
+    std::uint32_t lo = 0;
+    while (n > 0) {
+      const std::uint32_t half = n / 2;
+      if (!(k < keys[lo + half])) {
+        lo += half + 1;
+        n -= half + 1;
+      } else {
+        n = half;
+      }
+    }
+    return lo;
+  }
+
+  // Asks for every cache line of a node's keys at once: a binary search over a cold node would
+  // otherwise miss on each probe in turn, one line after another.
+  template <std::size_t Bytes>
+  static void prefetch(const void* p) noexcept {
+    const auto* c = static_cast<const char*>(p);
+    for (std::size_t off = 0; off < Bytes; off += 64) __builtin_prefetch(c + off);
+  }
+
+  Leaf* leaf_for(const K& k) const noexcept {
+    Node* x = root_;
+    while (!x->leaf) {
+      auto* in = static_cast<Inner*>(x);
+      prefetch<sizeof(in->keys)>(in->keys);
+      x = in->kids[upper(in->keys, in->n, k)];
+    }
+    auto* l = static_cast<Leaf*>(x);
+    prefetch<sizeof(l->keys)>(l->keys);
+    return l;
+  }
+
+  static void put(Leaf* l, std::uint32_t i, const K& k, V v) noexcept {
+    for (std::uint32_t j = l->n; j > i; --j) {
+      l->keys[j] = l->keys[j - 1];
+      l->vals[j] = l->vals[j - 1];
+    }
+    l->keys[i] = k;
+    l->vals[i] = v;
+    ++l->n;
+  }
+
+  Leaf* new_leaf() {
+    Leaf* l = leaves_.get();
+    l->parent = nullptr;
+    l->n = 0;
+    l->leaf = true;
+    l->prev = l->next = nullptr;
+    return l;
+  }
+  Inner* new_inner() {
+    Inner* in = inners_.get();
+    in->parent = nullptr;
+    in->n = 0;
+    in->leaf = false;
+    return in;
+  }
+  void reset() {
+    Leaf* l = new_leaf();
+    root_ = first_ = last_ = l;
+    size_ = 0;
+  }
+
+  static std::uint32_t child_index(const Inner* p, const Node* child) noexcept {
+    std::uint32_t c = 0;
+    while (p->kids[c] != child) ++c;
+    return c;
+  }
+
+  // Makes `right` the child after `left` in left's parent, separated by `sep`; splits the
+  // parent when full (upwards as far as needed; a new root when the root splits).
+  void add_child(Node* left, const K& sep, Node* right) {
+    Inner* p = left->parent;
+    if (p == nullptr) {
+      p = new_inner();
+      p->n = 1;
+      p->keys[0] = sep;
+      p->kids[0] = left;
+      p->kids[1] = right;
+      left->parent = right->parent = p;
+      root_ = p;
+      return;
+    }
+    const std::uint32_t c = child_index(p, left);
+    if (p->n < kInnerCap) {
+      for (std::uint32_t j = p->n; j > c; --j) p->keys[j] = p->keys[j - 1];
+      for (std::uint32_t j = p->n + 1; j > c + 1; --j) p->kids[j] = p->kids[j - 1];
+      p->keys[c] = sep;
+      p->kids[c + 1] = right;
+      right->parent = p;
+      ++p->n;
+      return;
+    }
+    // Full: lay out the kInnerCap + 1 keys and kInnerCap + 2 kids, keep the lower half here, move
+    // the upper half to a new node, and pass the middle key up.
+    K keys[kInnerCap + 1];
+    Node* kids[kInnerCap + 2];
+    for (std::uint32_t j = 0, s = 0; j < kInnerCap + 1; ++j) keys[j] = j == c ? sep : p->keys[s++];
+    for (std::uint32_t j = 0, s = 0; j < kInnerCap + 2; ++j)
+      kids[j] = j == c + 1 ? right : p->kids[s++];
+    constexpr std::uint32_t mid = (kInnerCap + 1) / 2;
+    Inner* q = new_inner();
+    p->n = mid;
+    for (std::uint32_t j = 0; j < mid; ++j) p->keys[j] = keys[j];
+    for (std::uint32_t j = 0; j <= mid; ++j) {
+      p->kids[j] = kids[j];
+      kids[j]->parent = p;
+    }
+    q->n = kInnerCap - mid;
+    for (std::uint32_t j = 0; j < q->n; ++j) q->keys[j] = keys[mid + 1 + j];
+    for (std::uint32_t j = 0; j <= q->n; ++j) {
+      q->kids[j] = kids[mid + 1 + j];
+      q->kids[j]->parent = q;
+    }
+    add_child(p, keys[mid], q);
+  }
+
+  // Takes `child` out of its parent `p`; an inner node left without children goes too, and a
+  // root left with one child hands the root to it.
+  void remove_child(Inner* p, Node* child) noexcept {
+    if (p->n == 0) {  // its only child: the node goes
+      if (p == root_) {
+        inners_.put(p);
+        reset_root_leaf();
+        return;
+      }
+      Inner* g = p->parent;
+      inners_.put(p);
+      remove_child(g, p);
+      return;
+    }
+    const std::uint32_t c = child_index(p, child);
+    // Drop the separator on the side that goes: keys[c - 1], or keys[0] for the first child
+    // (the next child then inherits the bound above from the parent).
+    const std::uint32_t k = c == 0 ? 0 : c - 1;
+    for (std::uint32_t j = k + 1; j < p->n; ++j) p->keys[j - 1] = p->keys[j];
+    for (std::uint32_t j = c + 1; j <= p->n; ++j) p->kids[j - 1] = p->kids[j];
+    --p->n;
+    if (p == root_ && p->n == 0) {
+      root_ = p->kids[0];
+      root_->parent = nullptr;
+      inners_.put(p);
+    }
+  }
+  void reset_root_leaf() noexcept {
+    // Only reached when the last leaf went, which erase() never does (the root leaf stays):
+    // kept for completeness of remove_child's cascade.
+    Leaf* l = leaves_.get();
+    l->parent = nullptr;
+    l->n = 0;
+    l->leaf = true;
+    l->prev = l->next = nullptr;
+    root_ = first_ = last_ = l;
+  }
+
+  void unlink(Leaf* l) noexcept {
+    (l->prev != nullptr ? l->prev->next : first_) = l->next;
+    (l->next != nullptr ? l->next->prev : last_) = l->prev;
+  }
+  void drop_leaf(Leaf* l) noexcept {
+    unlink(l);
+    remove_child(l->parent, l);
+    leaves_.put(l);
+  }
+  // Appends b (the leaf after a, same parent) to a and drops b.
+  void absorb(Leaf* a, Leaf* b) noexcept {
+    for (std::uint32_t j = 0; j < b->n; ++j) {
+      a->keys[a->n + j] = b->keys[j];
+      a->vals[a->n + j] = b->vals[j];
+    }
+    a->n += b->n;
+    b->n = 0;
+    drop_leaf(b);
+  }
+
+  Node* root_ = nullptr;
+  Leaf* first_ = nullptr;
+  Leaf* last_ = nullptr;
+  std::size_t size_ = 0;
+  RecordPool<Leaf> leaves_;
+  RecordPool<Inner> inners_;
+};
+
+}  // namespace simpler::detail
