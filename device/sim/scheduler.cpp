@@ -208,22 +208,33 @@ void Context::stop_threads() noexcept {
   }
 }
 
-bool Context::wait_for_launch(std::uint32_t& seen) {
+bool Context::wait_for_launch(std::uint32_t& seen, LaunchPacing& pace) {
   threads.launch_event.await(
       [&] {
         return threads.stopping.load(std::memory_order_seq_cst) != 0 ||
                threads.generation.load(std::memory_order_seq_cst) != seen;
       },
-      std::chrono::nanoseconds(0), far_future());
+      pace.spin ? std::chrono::nanoseconds(kLaunchSpin) : std::chrono::nanoseconds(0),
+      far_future());
   if (threads.stopping.load(std::memory_order_seq_cst) != 0) return false;
   seen = threads.generation.load(std::memory_order_seq_cst);
+  // Relaxed: written before the seq_cst generation bump just read.
+  const std::int64_t launched = threads.launched_ns.load(std::memory_order_relaxed);
+  pace.spin = pace.ended_ns != 0 &&
+              launched - pace.ended_ns < std::chrono::nanoseconds(kLaunchSpin).count();
   return true;
+}
+
+void Context::ended_part(LaunchPacing& pace) noexcept {
+  pace.ended_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
 void Context::orchestrator_main() {
   std::uint32_t seen = 0;
+  LaunchPacing pace;
   for (;;) {
-    if (!wait_for_launch(seen)) return;
+    if (!wait_for_launch(seen, pace)) return;
 
     scope_begin();  // the run's own scope (ring 0)
     const Callable& c = life.callables[run.callable];
@@ -248,6 +259,7 @@ void Context::orchestrator_main() {
     while (header().scopes.depth > 0) end_scope(true);
     orch.done.store(1, std::memory_order_seq_cst);
     notify_schedulers();
+    ended_part(pace);
     outcome.threads_done.fetch_add(1, std::memory_order_seq_cst);
     outcome.done_event.notify_all();
   }
@@ -344,9 +356,11 @@ std::uint32_t next_token(Core& c) noexcept {
 
 void Context::scheduler_main(int index) {
   std::uint32_t seen = 0;
+  LaunchPacing pace;
   for (;;) {
-    if (!wait_for_launch(seen)) return;
+    if (!wait_for_launch(seen, pace)) return;
     if (index < run.threads - 1) run_scheduler(index);
+    ended_part(pace);
     outcome.threads_done.fetch_add(1, std::memory_order_seq_cst);
     outcome.done_event.notify_all();
   }

@@ -65,6 +65,12 @@ inline constexpr std::chrono::microseconds kHostWaitSpin{200};
 /// kernel, and while none does.
 inline constexpr std::chrono::microseconds kSchedulerBusySpin{100};
 inline constexpr std::chrono::microseconds kSchedulerIdleSpin{20};
+/// How long an AICPU thread that finished its part of a run spins for the next launch before it
+/// sleeps, when the run it finished was launched within this long of its previous part (runs
+/// back to back, as a lane running chip tasks makes them). A launch then costs no wake-up
+/// (10-60 us each on these VMs, and a run wakes every AICPU thread). After a pause it sleeps at
+/// once, so sporadic runs cost no spinning.
+inline constexpr std::chrono::microseconds kLaunchSpin{50};
 /// After a run failed, how much longer than the watchdog period a kernel may take to return
 /// before the context is declared broken.
 inline constexpr std::chrono::seconds kStuckGrace{5};
@@ -529,7 +535,17 @@ struct Threads {
   std::thread sched_threads[kMaxAicpuThreads - 1];
   std::atomic<std::uint32_t> generation{0};
   std::atomic<std::uint32_t> stopping{0};
+  /// When the host launched the current run (steady clock, ns); written before the `generation`
+  /// bump that publishes it, read by the AICPU threads for their launch spin (kLaunchSpin).
+  std::atomic<std::int64_t> launched_ns{0};
   detail::EventCount launch_event;  ///< every device thread sleeps on it between runs
+};
+
+/// An AICPU thread's launch pacing: when it ended its part of the last run, and whether it
+/// spins for the next launch (see kLaunchSpin).
+struct LaunchPacing {
+  std::int64_t ended_ns = 0;  ///< 0: no run yet
+  bool spin = false;
 };
 
 class Context {
@@ -594,8 +610,11 @@ class Context {
   std::string stall_report(const std::vector<std::uint32_t>& owned, Clock::time_point now);
   void core_main(int index);
   void orchestrator_main();
-  /// Sleeps until the next launch (true) or until the context stops (false).
-  bool wait_for_launch(std::uint32_t& seen);
+  /// Waits for the next launch (true) or until the context stops (false): spins first when
+  /// the runs come back to back (`pace`, see kLaunchSpin), else sleeps at once.
+  bool wait_for_launch(std::uint32_t& seen, LaunchPacing& pace);
+  /// Records that this AICPU thread ended its part of the run (for its launch pacing).
+  static void ended_part(LaunchPacing& pace) noexcept;
   int start_threads();
   void stop_threads() noexcept;
 
