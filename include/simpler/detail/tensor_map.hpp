@@ -46,8 +46,8 @@ struct TensorReader {
 };
 
 class TensorMap {
-  static constexpr std::size_t kInlineReaders =
-      2;  ///< readers a segment holds without a heap block
+  /// Readers a segment holds without a heap block.
+  static constexpr std::size_t kInlineReaders = 2;
 
  public:
   TensorMap() = default;
