@@ -524,11 +524,21 @@ void random_against_map(std::uint64_t seed) {
     }
     check_same(ix, ref, rng);
   }
+  // Cleared with entries in it, then refilled from the pooled nodes (which still hold their
+  // old keys until reused).
+  for (int s = 0; s < 1500; ++s) {
+    const std::uint64_t k = rng() % 5000;
+    if (ref.emplace(k, s).second) ix.insert(k, static_cast<std::uint64_t>(s));
+  }
   ix.clear();
   ref.clear();
   check_same(ix, ref, rng);
-  REQUIRE(ix.insert(42, 1).key() == 42);
-  REQUIRE(ix.find(42) != ix.end());
+  REQUIRE(ix.find_near(places.empty() ? nullptr : places.back(), 17) == ix.end());
+  for (int s = 0; s < 2000; ++s) {
+    const std::uint64_t k = rng() % 5000;
+    if (ref.emplace(k, s).second) ix.insert(k, static_cast<std::uint64_t>(s));
+  }
+  check_same(ix, ref, rng);
 }
 
 }  // namespace

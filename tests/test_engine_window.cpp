@@ -80,9 +80,11 @@ TEMPLATE_TEST_CASE("an orchestration that outruns its workers waits at the task 
   const WorkerStats st = w.stats();
   CHECK(st.tasks_submitted == 2 * kTasks);
   CHECK(st.tasks_completed == 2 * kTasks);
-  // Each wait lasts until a quarter of the window is free: at least that many tasks per wait.
+  // Each wait lasts until a quarter of the window is free (24 tasks), or, on a machine so loaded
+  // that 24 tasks take 10 ms (kWindowTick), settles for fewer: a dev build running beside the
+  // suite gave 800 waits here. A wait per free slot (the mutant) would be ~12000.
   CHECK(st.window_waits >= 1);
-  CHECK(st.window_waits <= 2 * kTasks / (kWindow / 4));
+  CHECK(st.window_waits <= 2 * kTasks / 8);
   CHECK(w.orchestrator().live_tasks() == 0);
 }
 

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "simpler/detail/cache_line.hpp"
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/event_count.hpp"
 #include "simpler/detail/lane_core.hpp"
@@ -78,12 +79,10 @@ class RunState {
 /// Laid out by writer: each field written per task sits on cache lines of its own, away from the
 /// fields other threads read per task, so one thread's hand-off does not invalidate the line the
 /// next one reads (with everything packed, a submit missed on the line the lanes' completions
-/// dirtied). kLine-aligned groups, top to bottom: read-mostly configuration; the run's deadline
-/// and trace level; the run state; the slot pool (its chunk table read-mostly, its free list the
-/// Orchestrator's); then one group per hand-off.
+/// dirtied). kCacheLine-aligned groups, top to bottom: read-mostly configuration; the run's
+/// deadline and trace level; the run state; the slot pool (its chunk table read-mostly, its free
+/// list the Orchestrator's); then one group per hand-off.
 struct EngineCore {
-  static constexpr std::size_t kLine = 64;
-
   // ---- Read-mostly: set before the threads start or between runs.
   int level = 3;
   EngineTiming timing;
@@ -100,7 +99,7 @@ struct EngineCore {
   /// before its first submit and after its fence (relaxed: the inbox hand-off orders it). Read
   /// per task by every engine thread, so it has a cache line of its own: nothing written per
   /// task (the slot pool's counters, the hand-off stacks) may share it.
-  alignas(kLine) std::atomic<std::int64_t> run_deadline_ns{0};
+  alignas(kCacheLine) std::atomic<std::int64_t> run_deadline_ns{0};
   /// Its length, for messages (relaxed: read only for messages, by any engine thread).
   std::atomic<std::uint32_t> run_timeout_ms{0};
   /// The run's trace level (0 = off; see detail/trace.hpp). Set by the run's thread before its
@@ -118,29 +117,31 @@ struct EngineCore {
   EngineTrace trace;  ///< the Orchestrator's and the Scheduler's trace buffers
 
   /// Written per run (and on a failure); its flags are read per task.
-  alignas(kLine) RunState run;
-  alignas(kLine) SlotPool pool;
+  alignas(kCacheLine) RunState run;
+  alignas(kCacheLine) SlotPool pool;
 
   // ---- Hand-offs: a stack and the EventCount its receiver sleeps on, each on its own line.
-  alignas(kLine) SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: producers all done
-  alignas(kLine) LaneStack done;         ///< lanes -> Scheduler: finished tasks
-  alignas(kLine) EventCount sched_wake;  ///< Scheduler sleeps here
+  alignas(kCacheLine) SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: producers all done
+  alignas(kCacheLine) LaneStack done;         ///< lanes -> Scheduler: finished tasks
+  alignas(kCacheLine) EventCount sched_wake;  ///< Scheduler sleeps here
   std::atomic<bool> stop{false};
 
-  alignas(kLine) SlotStack retire_inbox;  ///< Scheduler -> Orchestrator: last reference dropped
-  alignas(kLine) EventCount orch_wake;    ///< the Orchestrator sleeps here (heap full, run drain)
+  alignas(kCacheLine) SlotStack
+      retire_inbox;  ///< Scheduler -> Orchestrator: last reference dropped
+  alignas(kCacheLine)
+      EventCount orch_wake;  ///< the Orchestrator sleeps here (heap full, run drain)
 
   // ---- Written only while the Orchestrator waits (heap space, the task window).
   static constexpr std::uint32_t kRetireBatch = 32;
-  alignas(kLine) std::atomic<std::uint32_t> retired_since_wake{0};
+  alignas(kCacheLine) std::atomic<std::uint32_t> retired_since_wake{0};
   std::atomic<std::uint32_t> window_done{0};
 
   /// Set by the Scheduler when it has nothing queued and no lane busy (then every published
   /// task has finished); cleared before it takes new work. The run's fence waits for it.
-  alignas(kLine) std::atomic<bool> sched_idle{false};
+  alignas(kCacheLine) std::atomic<bool> sched_idle{false};
   /// Lanes currently running a task the scheduler did not post (a successor they made ready
   /// themselves). The run's fence waits for this to be 0 as well.
-  alignas(kLine) std::atomic<std::uint32_t> lane_local{0};
+  alignas(kCacheLine) std::atomic<std::uint32_t> lane_local{0};
 
   EngineStats stats;  ///< counters for BasicWorker::stats()
 

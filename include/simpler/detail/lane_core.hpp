@@ -9,6 +9,7 @@
 #include <string>
 
 #include "simpler/callable.hpp"
+#include "simpler/detail/cache_line.hpp"
 #include "simpler/detail/event_count.hpp"
 #include "simpler/detail/intrusive_stack.hpp"
 #include "simpler/detail/slot.hpp"
@@ -70,11 +71,10 @@ struct LaneCore {
   };
 
   // Each group below is written by one side per task and starts a cache line of its own, so a
-  // write by one thread does not invalidate what the other reads per task (kLine).
-  static constexpr std::size_t kLine = 64;
+  // write by one thread does not invalidate what the other reads per task (kCacheLine).
 
   // ---- Scheduler-private.
-  alignas(kLine) std::uint32_t inflight = 0;  ///< posted and not yet collected
+  alignas(kCacheLine) std::uint32_t inflight = 0;  ///< posted and not yet collected
   std::uint32_t staged = 0;     ///< ring entries written; published to `posted` per dispatch pass
   std::uint32_t collected = 0;  ///< results taken so far
   bool reserved = false;
@@ -94,7 +94,7 @@ struct LaneCore {
   EventCount wake;
 
   // ---- Rarely written, read by both sides.
-  alignas(kLine) std::atomic<bool> stopping{false};
+  alignas(kCacheLine) std::atomic<bool> stopping{false};
   /// Set by the lane when its child is gone for good; the scheduler then stops giving it shared
   /// work (tasks directed at it still go there and fail at once).
   std::atomic<bool> dead{false};
@@ -111,7 +111,7 @@ struct LaneCore {
   // (the lane is `lost`). What ran and why is derived from the ring entry and the deadline.
   static constexpr std::uint64_t kWatchRunning = 1;
   static constexpr std::uint64_t kWatchAbandoned = 2;
-  alignas(kLine) std::atomic<std::uint64_t> watch{0};
+  alignas(kCacheLine) std::atomic<std::uint64_t> watch{0};
   // Relaxed: written before the release store of `watch`, read after its acquire load and
   // validated by the scheduler's CAS on it (a lane moves on only after its own CAS).
   std::atomic<std::int64_t> watch_deadline_ns{0};
@@ -120,8 +120,8 @@ struct LaneCore {
   // it. `queued` says the lane is on the done stack; the lane pushes itself only when it flips
   // queued false -> true, the scheduler clears it before reading `completed` (both seq_cst, so a
   // completion published after the clear is either seen or re-pushes the lane).
-  alignas(kLine) std::array<Result, kDepth> results;
-  alignas(kLine) std::atomic<std::uint32_t> completed{0};
+  alignas(kCacheLine) std::array<Result, kDepth> results;
+  alignas(kCacheLine) std::atomic<std::uint32_t> completed{0};
   std::atomic<bool> queued{false};
   LaneCore* next_done = nullptr;
 
@@ -133,7 +133,7 @@ struct LaneCore {
   // task anyway. stat_lane: how each ring entry or kept successor ended on this lane (written by
   // the scheduler instead for the entries of a lane it abandoned); stat_tasks: the single tasks
   // this lane completed (the Worker's totals); stat_kept: successors it kept (run_successors).
-  alignas(kLine) OutcomeCounters stat_lane;
+  alignas(kCacheLine) OutcomeCounters stat_lane;
   OutcomeCounters stat_tasks;
   StatCounter stat_kept;
 };

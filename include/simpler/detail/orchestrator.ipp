@@ -807,6 +807,11 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
   // (workers idle, a deadline) settle for any free slot.
   const std::uint32_t batch = std::max<std::uint32_t>(1, window / 4);
   const auto roomy = [&] { return core_.pool.live() + batch <= window; };
+  // For the ends that settle: gives back what finished, then whether any slot is free.
+  const auto any_free_after_compaction = [&] {
+    compact_open_frames();
+    return core_.pool.live() < window;
+  };
   compact_open_frames();
   if (roomy()) return;
   core_.stats.window_waits.add();
@@ -823,10 +828,12 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
     }
     ~Waiting() { flag.store(false, std::memory_order_relaxed); }
   } waiting(core_.window_waiting);
+  bool compacted = false;  // the tick path below just compacted
   for (;;) {
     // Tasks that finished before the flag was up are seen here (complete() closes its consumer
     // list with a seq_cst exchange before it loads the flag).
-    compact_open_frames();
+    if (!compacted) compact_open_frames();
+    compacted = false;
     if (roomy()) return;
     if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
     if (workers_idle()) {
@@ -835,8 +842,7 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
       // fills the window can only come back when a scope ends, and this thread would end it.
       core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
                             std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
-      compact_open_frames();
-      if (core_.pool.live() < window) return;
+      if (any_free_after_compaction()) return;
       if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
       std::size_t heap_owners = 0;
       for (std::size_t d = 0; d < static_cast<std::size_t>(depth_); ++d) {
@@ -862,9 +868,11 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
         },
         core_.timing.spin, tick);
     if (!woke) {
-      compact_open_frames();
-      if (core_.pool.live() < window) return;
-      if (std::chrono::steady_clock::now() < deadline) continue;
+      if (any_free_after_compaction()) return;
+      if (std::chrono::steady_clock::now() < deadline) {
+        compacted = true;
+        continue;
+      }
       if (run_bound) check_run_deadline();
       throw TimeoutError(fmt::format(
           "Orchestrator::{}: the task window (WorkerOptions::task_window = {}) stayed full for "

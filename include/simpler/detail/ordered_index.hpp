@@ -32,20 +32,14 @@ class RecordPool {
     free_.pop_back();
     return p;
   }
-  void put(T* p) { free_.push_back(p); }
-  /// Frees every record, handed out or not.
-  void release() noexcept {
-    free_.clear();
-    free_.shrink_to_fit();
-    chunks_.clear();
-    chunks_.shrink_to_fit();
-  }
+  void put(T* p) noexcept { free_.push_back(p); }  // never reallocates: see grow()
 
  private:
   static constexpr std::size_t kChunk = 64;
   void grow() {
     auto chunk = std::make_unique<T[]>(kChunk);
-    free_.reserve(free_.size() + kChunk);
+    // Room for every record there will be, so put() never allocates.
+    free_.reserve((chunks_.size() + 1) * kChunk);
     for (std::size_t i = kChunk; i-- > 0;) free_.push_back(&chunk[i]);
     chunks_.push_back(std::move(chunk));
   }
@@ -234,11 +228,11 @@ class OrderedIndex {
     return n;
   }
 
-  /// Drops every entry and gives back all memory.
+  /// Drops every entry. The nodes go back to the pools (a map refilled to the same size
+  /// allocates nothing); the pools free them with the map.
   void clear() noexcept {
-    leaves_.release();
-    inners_.release();
-    reset();
+    recycle(root_);
+    reset();  // takes a leaf back from the pool: no allocation
   }
 
  private:
@@ -318,6 +312,19 @@ class OrderedIndex {
     Leaf* l = new_leaf();
     root_ = first_ = last_ = l;
     size_ = 0;
+  }
+  // Puts `x` and everything under it back in the pools, emptied (a place of a pooled leaf must
+  // find nothing: see find_near).
+  void recycle(Node* x) noexcept {
+    if (!x->leaf) {
+      auto* in = static_cast<Inner*>(x);
+      for (std::uint32_t c = 0; c <= in->n; ++c) recycle(in->kids[c]);
+      in->n = 0;
+      inners_.put(in);
+      return;
+    }
+    x->n = 0;
+    leaves_.put(static_cast<Leaf*>(x));
   }
 
   static std::uint32_t child_index(const Inner* p, const Node* child) noexcept {

@@ -16,6 +16,7 @@
 
 #include "simpler/call_config.hpp"
 #include "simpler/callable.hpp"
+#include "simpler/detail/cache_line.hpp"
 #include "simpler/detail/intrusive_stack.hpp"
 #include "simpler/detail/small_vec.hpp"
 #include "simpler/error.hpp"
@@ -167,7 +168,7 @@ class SlotPool {
   // written by the Orchestrator per task, so they get a cache line of their own.
   std::unique_ptr<std::unique_ptr<Slot[]>[]> chunks_;
   std::uint32_t chunk_count_ = 0;
-  alignas(64) std::uint32_t live_ = 0;
+  alignas(kCacheLine) std::uint32_t live_ = 0;
   std::vector<TaskSlot> free_;
 };
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "simpler/detail/cache_line.hpp"
 #include "simpler/error.hpp"
 
 namespace simpler::detail {
@@ -53,13 +54,13 @@ struct OutcomeCounters {
 /// lines of its own.
 struct EngineStats {
   // The orchestration thread (submits) and the thread that calls run().
-  alignas(64) StatCounter submitted;
+  alignas(kCacheLine) StatCounter submitted;
   StatCounter runs_completed;
   StatCounter runs_failed;
   StatCounter window_waits;  ///< submits/allocs that waited for the task window
   // The scheduler thread: tasks it ended itself (groups, tasks skipped before reaching a lane,
   // tasks of lost lanes), and how many tasks wait in its queues.
-  alignas(64) OutcomeCounters sched;
+  alignas(kCacheLine) OutcomeCounters sched;
   StatCounter ready_queued;
 };
 

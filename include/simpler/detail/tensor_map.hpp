@@ -255,9 +255,11 @@ class TensorMap {
   /// writer leaving bytes that have readers): the only segments that can go stale, so what
   /// tells whether a sweep would find anything.
   [[nodiscard]] std::size_t writerless_made() const noexcept { return writerless_made_; }
+  /// Drops every segment; their records and the tree's nodes stay pooled for the next run
+  /// (freed with the map), the hash index and the hole list are freed.
   void clear() noexcept {
+    for (auto it = tree_.begin(); it != tree_.end(); ++it) release(it.value().seg);
     tree_.clear();
-    segs_.release();
     index_.clear();
     index_.shrink_to_fit();
     index_count_ = 0;
@@ -372,6 +374,11 @@ class TensorMap {
     Seg* s = it.value().seg;
     if (s->hole()) unhole(*s);
     index_erase(s);
+    release(s);
+    return tree_.erase(it);
+  }
+  // Gives a segment's record back to the pool.
+  void release(Seg* s) noexcept {
     // Back to inline storage: a segment made later starts like a new one (its list compacts
     // at the same sizes), and a freed segment keeps no heap block.
     if (s->readers.capacity() > kInlineReaders) {
@@ -380,7 +387,6 @@ class TensorMap {
       s->readers.clear();
     }
     segs_.put(s);
-    return tree_.erase(it);
   }
   // Moves the segment at `it` to start at `begin` (inside it); returns it at its new place.
   Iter rekey(Iter it, std::uint64_t begin) {
