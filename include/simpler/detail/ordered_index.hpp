@@ -112,8 +112,8 @@ class OrderedIndex {
     const iterator it = lower_bound(k);
     return it != end() && !(k < it.key()) ? it : end();
   }
-  /// Where an entry is now (its leaf), for find_near(). A place stays safe to pass after any
-  /// change short of clear(): leaves are pooled, and an emptied leaf holds no keys.
+  /// Where an entry is now (its leaf), for find_near(). A place stays safe to pass while the
+  /// index lives, whatever changed since: leaves are pooled, and a pooled leaf holds no keys.
   using Place = const void*;
   [[nodiscard]] static Place place_of(iterator it) noexcept { return it.leaf_; }
   /// find(k), first looking in the leaf at `near` and its neighbours: an entry leaves its leaf
