@@ -562,9 +562,7 @@ int Context::launch_run() {
   // Traces, dumps and counters record per scheduler: with any of them on, cores hand every
   // finished task back to their scheduler.
   run.cores_run_on = diag.swimlane == 0 && !run.dump_tensor && run.pmu == 0;
-  threads.launched_ns.store(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
-      std::memory_order_relaxed);
+  threads.launched_ns.store(trace_now_ns(), std::memory_order_relaxed);
   // seq_cst: the device threads' launch check reads `generation` with seq_cst after registering.
   threads.generation.fetch_add(1, std::memory_order_seq_cst);
   threads.launch_event.notify_all();

@@ -219,15 +219,10 @@ bool Context::wait_for_launch(std::uint32_t& seen, LaunchPacing& pace) {
   if (threads.stopping.load(std::memory_order_seq_cst) != 0) return false;
   seen = threads.generation.load(std::memory_order_seq_cst);
   // Relaxed: written before the seq_cst generation bump just read.
-  const std::int64_t launched = threads.launched_ns.load(std::memory_order_relaxed);
-  pace.spin = pace.ended_ns != 0 &&
-              launched - pace.ended_ns < std::chrono::nanoseconds(kLaunchSpin).count();
+  const std::uint64_t launched = threads.launched_ns.load(std::memory_order_relaxed);
+  const auto spin_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(kLaunchSpin).count());
+  pace.spin = pace.ended_ns != 0 && launched - pace.ended_ns < spin_ns;
   return true;
-}
-
-void Context::ended_part(LaunchPacing& pace) noexcept {
-  pace.ended_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
 void Context::orchestrator_main() {
@@ -259,7 +254,7 @@ void Context::orchestrator_main() {
     while (header().scopes.depth > 0) end_scope(true);
     orch.done.store(1, std::memory_order_seq_cst);
     notify_schedulers();
-    ended_part(pace);
+    pace.ended_ns = trace_now_ns();
     outcome.threads_done.fetch_add(1, std::memory_order_seq_cst);
     outcome.done_event.notify_all();
   }
@@ -360,7 +355,7 @@ void Context::scheduler_main(int index) {
   for (;;) {
     if (!wait_for_launch(seen, pace)) return;
     if (index < run.threads - 1) run_scheduler(index);
-    ended_part(pace);
+    pace.ended_ns = trace_now_ns();
     outcome.threads_done.fetch_add(1, std::memory_order_seq_cst);
     outcome.done_event.notify_all();
   }

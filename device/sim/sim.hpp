@@ -535,16 +535,16 @@ struct Threads {
   std::thread sched_threads[kMaxAicpuThreads - 1];
   std::atomic<std::uint32_t> generation{0};
   std::atomic<std::uint32_t> stopping{0};
-  /// When the host launched the current run (steady clock, ns); written before the `generation`
+  /// When the host launched the current run (trace_now_ns); written before the `generation`
   /// bump that publishes it, read by the AICPU threads for their launch spin (kLaunchSpin).
-  std::atomic<std::int64_t> launched_ns{0};
+  std::atomic<std::uint64_t> launched_ns{0};
   detail::EventCount launch_event;  ///< every device thread sleeps on it between runs
 };
 
 /// An AICPU thread's launch pacing: when it ended its part of the last run, and whether it
 /// spins for the next launch (see kLaunchSpin).
 struct LaunchPacing {
-  std::int64_t ended_ns = 0;  ///< 0: no run yet
+  std::uint64_t ended_ns = 0;  ///< trace_now_ns() then; 0: no run yet
   bool spin = false;
 };
 
@@ -613,8 +613,6 @@ class Context {
   /// Waits for the next launch (true) or until the context stops (false): spins first when
   /// the runs come back to back (`pace`, see kLaunchSpin), else sleeps at once.
   bool wait_for_launch(std::uint32_t& seen, LaunchPacing& pace);
-  /// Records that this AICPU thread ended its part of the run (for its launch pacing).
-  static void ended_part(LaunchPacing& pace) noexcept;
   int start_threads();
   void stop_threads() noexcept;
 
