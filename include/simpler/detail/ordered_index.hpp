@@ -382,10 +382,14 @@ class OrderedIndex {
   }
 
   // Takes `child` out of its parent `p`; an inner node left without children goes too, and a
-  // root left with one child hands the root to it. So an inner root always has two children or
-  // more, and the cascade stops below it.
+  // root left with one child hands the root to it.
   void remove_child(Inner* p, Node* child) noexcept {
-    if (p->n == 0) {  // its only child: the node goes (never the root: see above)
+    if (p->n == 0) {  // its only child: the node goes
+      if (p == root_) {
+        inners_.put(p);
+        reset_root_leaf();
+        return;
+      }
       Inner* g = p->parent;
       inners_.put(p);
       remove_child(g, p);
@@ -404,6 +408,18 @@ class OrderedIndex {
       inners_.put(p);
     }
   }
+  void reset_root_leaf() noexcept {
+    // Reached when the root is an inner node with one child (a collapse can hand the root to
+    // an inner node with one child) and that child's last leaf goes. The container test
+    // reaches it (without it: a crash).
+    Leaf* l = leaves_.get();
+    l->parent = nullptr;
+    l->n = 0;
+    l->leaf = true;
+    l->prev = l->next = nullptr;
+    root_ = first_ = last_ = l;
+  }
+
   void unlink(Leaf* l) noexcept {
     (l->prev != nullptr ? l->prev->next : first_) = l->next;
     (l->next != nullptr ? l->next->prev : last_) = l->prev;
