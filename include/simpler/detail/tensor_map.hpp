@@ -285,8 +285,12 @@ class TensorMap {
   struct TreeKey {
     std::uint64_t space;
     std::uint64_t begin;
+    // As one 128-bit number (space high): a compare without a branch, which the tree's searches
+    // rely on to stay branch-free.
     bool operator<(const TreeKey& o) const noexcept {
-      return space != o.space ? space < o.space : begin < o.begin;
+      __extension__ using U128 = unsigned __int128;
+      return ((static_cast<U128>(space) << 64U) | begin) <
+             ((static_cast<U128>(o.space) << 64U) | o.begin);
     }
   };
   static constexpr std::uint32_t kNotHole = ~0U;
