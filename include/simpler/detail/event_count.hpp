@@ -73,21 +73,23 @@ class EventCount {
   /// Polls `ready()` for up to `spin`: kPollsBeforeYield polls, then a yield every
   /// kPollsPerYield polls. On a 2-core machine the engine runs more threads than cores (the
   /// orchestration, the scheduler, the lanes), so the thread we wait for is often runnable on
-  /// this very core: waiting 256 polls (~8 us) per yield made such hand-offs cost ~17 us, and
-  /// 64 pure polls before the first yield still cost a one-task run() 4.5 us against 2.7 us with
-  /// 16 (and 100k independent tasks 605-644 against 435-555 ns/task). A partner on another core
-  /// answers within a few polls (a cross-core round trip is ~120 ns), so 16 keeps that case
-  /// free of syscalls. The clock is read every 4 yields only (reading it every 32 polls was 8 %
+  /// this very core, queued behind us: every poll before a yield is time it cannot run. Measured
+  /// on a one-task run() with a thread child (p50): 64 polls before the first yield and 256 per
+  /// yield cost ~17 us, 16 and 32 3.2-3.6 us, 4 and 8 2.3 us, 2 and 4 2.1 us; 100k independent
+  /// tasks with private outputs went from 830-1200 to 500-625 ns/task at 4 and 8. A partner on
+  /// another core answers within a cross-core round trip (~120 ns, a few polls), so 4 keeps most
+  /// of that case free of syscalls; 2 and 4 lost on the 1M-buffer DAG (1030-1100 against
+  /// 940-990 ns/task). The clock is read every 4 yields only (reading it every 32 polls was 8 %
   /// of a profile).
-  static constexpr int kPollsBeforeYield = 16;
-  static constexpr int kPollsPerYield = 32;
+  static constexpr int kPollsBeforeYield = 4;
+  static constexpr int kPollsPerYield = 8;
 
   template <class Ready>
   static bool spin_until(Ready& ready, std::chrono::nanoseconds spin) {
     if (ready()) return true;
     if (spin.count() <= 0) return false;
     const auto end = std::chrono::steady_clock::now() + spin;
-    // First a short pure spin (~0.5 us): a partner on another core answers within it, and a
+    // First a short pure spin (~0.1 us): a partner on another core often answers within it, and a
     // yield (a syscall, ~1 us or more on this VM) would only slow that case down.
     for (int i = 0; i < kPollsBeforeYield; ++i) {
       cpu_relax();
