@@ -238,30 +238,28 @@ class OrderedIndex {
   }
 
  private:
-  // Binary searches without a data-dependent branch: each step keeps one half by a conditional
+  // The first of the n keys for which `before(key)` is false (`before` holds for a prefix), by a
+  // binary search without a data-dependent branch: each step keeps one half by a conditional
   // move, so a key that lands anywhere costs no mispredictions (a branchy search over random
   // keys mispredicts about every other step: most of a walk's time in a cached tree).
-  // The first position whose key is not less than `k`.
-  static std::uint32_t lower(const K* keys, std::uint32_t n, const K& k) noexcept {
+  template <class Before>
+  static std::uint32_t first_not(const K* keys, std::uint32_t n, Before before) noexcept {
     if (n == 0) return 0;
     const K* base = keys;
     while (n > 1) {
       const std::uint32_t half = n / 2;
-      base = base[half] < k ? base + half : base;
+      base = before(base[half]) ? base + half : base;
       n -= half;
     }
-    return static_cast<std::uint32_t>(base - keys) + static_cast<std::uint32_t>(*base < k);
+    return static_cast<std::uint32_t>(base - keys) + static_cast<std::uint32_t>(before(*base));
+  }
+  // The first position whose key is not less than `k`.
+  static std::uint32_t lower(const K* keys, std::uint32_t n, const K& k) noexcept {
+    return first_not(keys, n, [&k](const K& x) { return x < k; });
   }
   // The first position whose key is greater than `k`.
   static std::uint32_t upper(const K* keys, std::uint32_t n, const K& k) noexcept {
-    if (n == 0) return 0;
-    const K* base = keys;
-    while (n > 1) {
-      const std::uint32_t half = n / 2;
-      base = k < base[half] ? base : base + half;
-      n -= half;
-    }
-    return static_cast<std::uint32_t>(base - keys) + static_cast<std::uint32_t>(!(k < *base));
+    return first_not(keys, n, [&k](const K& x) { return !(k < x); });
   }
 
   // Asks for every cache line of a node's keys at once: a binary search over a cold node would
