@@ -385,8 +385,11 @@ class OrderedIndex {
   void remove_child(Inner* p, Node* child) noexcept {
     if (p->n == 0) {  // its only child: the node goes
       if (p == root_) {
+        // The root was an inner node with one child (a collapse can hand the root to one) and
+        // that child's last leaf went: the tree is empty, back to one root leaf. The container
+        // test reaches this (without it: a crash).
         inners_.put(p);
-        reset_root_leaf();
+        reset();
         return;
       }
       Inner* g = p->parent;
@@ -407,18 +410,6 @@ class OrderedIndex {
       inners_.put(p);
     }
   }
-  void reset_root_leaf() noexcept {
-    // Reached when the root is an inner node with one child (a collapse can hand the root to
-    // an inner node with one child) and that child's last leaf goes. The container test
-    // reaches it (without it: a crash).
-    Leaf* l = leaves_.get();
-    l->parent = nullptr;
-    l->n = 0;
-    l->leaf = true;
-    l->prev = l->next = nullptr;
-    root_ = first_ = last_ = l;
-  }
-
   void unlink(Leaf* l) noexcept {
     (l->prev != nullptr ? l->prev->next : first_) = l->next;
     (l->next != nullptr ? l->next->prev : last_) = l->prev;
