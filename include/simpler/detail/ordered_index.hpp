@@ -381,21 +381,16 @@ class OrderedIndex {
   }
 
   // Takes `child` out of its parent `p`; an inner node left without children goes too, and a
-  // root left with one child hands the root to it.
-  void remove_child(Inner* p, Node* child) noexcept {
+  // root left with one child hands the root to it. Returns true when that emptied the tree (the
+  // root itself went): the caller then makes a leaf the root again.
+  [[nodiscard]] bool remove_child(Inner* p, Node* child) noexcept {
     if (p->n == 0) {  // its only child: the node goes
-      if (p == root_) {
-        // The root was an inner node with one child (a collapse can hand the root to one) and
-        // that child's last leaf went: the tree is empty, back to one root leaf. The container
-        // test reaches this (without it: a crash).
-        inners_.put(p);
-        reset();
-        return;
-      }
-      Inner* g = p->parent;
       inners_.put(p);
-      remove_child(g, p);
-      return;
+      // The root was an inner node with one child (a collapse can hand the root to one) and
+      // that child's last leaf went: the tree is empty. The container test reaches this.
+      if (p == root_) return true;
+      Inner* g = p->parent;
+      return remove_child(g, p);
     }
     const std::uint32_t c = child_index(p, child);
     // Drop the separator on the side that goes: keys[c - 1], or keys[0] for the first child
@@ -409,6 +404,7 @@ class OrderedIndex {
       root_->parent = nullptr;
       inners_.put(p);
     }
+    return false;
   }
   void unlink(Leaf* l) noexcept {
     (l->prev != nullptr ? l->prev->next : first_) = l->next;
@@ -416,7 +412,16 @@ class OrderedIndex {
   }
   void drop_leaf(Leaf* l) noexcept {
     unlink(l);
-    remove_child(l->parent, l);
+    if (remove_child(l->parent, l)) {
+      // The tree emptied: `l` itself becomes the root leaf again. Taking one from the pool
+      // instead could allocate, and this is noexcept.
+      l->parent = nullptr;
+      l->n = 0;
+      l->prev = l->next = nullptr;
+      root_ = first_ = last_ = l;
+      size_ = 0;
+      return;
+    }
     leaves_.put(l);
   }
   // Appends b (the leaf after a, same parent) to a and drops b.
