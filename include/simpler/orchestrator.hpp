@@ -211,6 +211,7 @@ class OrchestratorBase {
   void sweep_tensor_map();
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
+  void dispatch_published() noexcept;
   /// Drops the reference of the scope at depth `d` + 1 on each of its tasks that finished,
   /// succeeded and owns no heap bytes (a flat run stays bounded by the tasks in flight).
   void compact_frame(std::size_t d) noexcept;

@@ -57,6 +57,10 @@ struct WorkerStats {
   /// for tasks to finish: the orchestration outran its workers (back-pressure). Each wait lasts
   /// until a quarter of the window is free.
   std::uint64_t window_waits = 0;
+  /// Scheduler passes (ones that found work) the orchestration thread ran itself rather than
+  /// wake a sleeping scheduler thread: for a task it submitted while that thread slept, and for
+  /// the lanes' results while the run's fence waits. Diagnostics: high on runs of a few tasks.
+  std::uint64_t orchestrator_passes = 0;
   std::vector<LaneStats> lanes;  ///< sub workers first, then next-level workers, by WorkerId
   std::vector<HeapRingStats> heap_rings;
 };

@@ -489,6 +489,7 @@ class BasicWorker {
     out.runs_failed = es.runs_failed.get();
     out.ready_queued = es.ready_queued.get();
     out.window_waits = es.window_waits.get();
+    out.orchestrator_passes = es.orch_passes.get();
     std::uint64_t done[3] = {es.sched.completed.get(), es.sched.failed.get(),
                              es.sched.skipped.get()};
     for (const auto* table : {&core_->subs, &core_->next_level}) {

@@ -137,7 +137,7 @@ class WorkerThread : public detail::LaneCore {
         completed.store(taken, std::memory_order_seq_cst);
         if (!queued.exchange(true, std::memory_order_seq_cst)) {
           core_.done.push(this);
-          core_.notify_scheduler();
+          core_.signal_scheduler();
         }
         if (next != nullptr && !run_successors(next)) return detach_once();  // as above
         avail = posted.load(std::memory_order_seq_cst);
@@ -226,7 +226,7 @@ class WorkerThread : public detail::LaneCore {
       completed.store(taken, std::memory_order_seq_cst);
       if (!queued.exchange(true, std::memory_order_seq_cst)) {
         core_.done.push(this);
-        core_.notify_scheduler();
+        core_.signal_scheduler();
       }
       // A successor kept here (nothing else was in flight): sent at once, no scheduler hop.
       if (next != nullptr && !run_successors(next)) return detach_once();
@@ -278,7 +278,7 @@ class WorkerThread : public detail::LaneCore {
         handed_over = true;
       }
     });
-    if (handed_over) core_.notify_scheduler();
+    if (handed_over) core_.signal_scheduler();
     return keep;
   }
 

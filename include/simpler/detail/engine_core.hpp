@@ -31,6 +31,8 @@
 
 namespace simpler::detail {
 
+class SchedulerCore;
+
 /// Tunables shared by the engine's threads.
 struct EngineTiming {
   std::chrono::nanoseconds spin{std::chrono::microseconds(20)};  ///< spin before sleeping
@@ -125,6 +127,21 @@ struct EngineCore {
   alignas(kCacheLine) LaneStack done;         ///< lanes -> Scheduler: finished tasks
   alignas(kCacheLine) EventCount sched_wake;  ///< Scheduler sleeps here
   std::atomic<bool> stop{false};
+  /// Set by the Orchestrator while it polls for its run's fence, doing the scheduler's passes
+  /// itself (SchedulerCore::try_pass): lanes then push without waking the scheduler thread (see
+  /// signal_scheduler). It clears the flag before it sleeps and then looks once more, so a push
+  /// that skipped the wake-up is taken by that look. Read with the wake-up, so on its line.
+  std::atomic<bool> orch_polling{false};
+  /// Set by the Orchestrator when its pass made a deadline due earlier than the one the scheduler
+  /// thread may be sleeping towards; the scheduler thread clears it when it takes the pass.
+  std::atomic<bool> deadline_moved{false};
+
+  /// Who runs the scheduler's pass (SchedulerCore): 0 = nobody, 1 = someone (the scheduler
+  /// thread or, for one pass, the Orchestrator's). Whoever lets go looks for input again.
+  alignas(kCacheLine) std::atomic<std::uint32_t> pass_owner{0};
+  /// The scheduler's body while its thread runs (set by Scheduler::start, cleared at stop), so
+  /// the Orchestrator can do a pass itself; null otherwise.
+  SchedulerCore* driver = nullptr;
 
   alignas(kCacheLine) SlotStack
       retire_inbox;  ///< Scheduler -> Orchestrator: last reference dropped
@@ -146,6 +163,11 @@ struct EngineCore {
   EngineStats stats;  ///< counters for BasicWorker::stats()
 
   void notify_scheduler() noexcept { sched_wake.notify_all(); }
+  /// After a push to ready_inbox or done (seq_cst): wakes the scheduler thread unless the
+  /// Orchestrator is polling and will take the push itself.
+  void signal_scheduler() noexcept {
+    if (!orch_polling.load(std::memory_order_seq_cst)) sched_wake.notify_all();
+  }
 
   /// Drops one reference on `s`; when it was the last, hands the slot to the Orchestrator to
   /// retire (it owns the TensorMap, the heap rings and the free list). Any thread but the
@@ -200,8 +222,9 @@ struct EngineCore {
 
   /// Ends a task: publishes its outcome, closes its consumer list (poisoning the consumers when
   /// it did not succeed), then drops the references it held and its own. Calls
-  /// `on_ready(consumer)` for each consumer this made ready. Safe on any engine thread except
-  /// the Orchestrator's; `s` must not be touched afterwards.
+  /// `on_ready(consumer)` for each consumer this made ready. Safe on any engine thread (the
+  /// Orchestrator's too, in a scheduler pass: see SchedulerCore::try_pass); `s` must not be
+  /// touched afterwards.
   template <class OnReady>
   void complete(Slot& s, bool failed, OnReady&& on_ready) noexcept {
     s.state.store(failed ? TaskState::Failed : TaskState::Completed, std::memory_order_relaxed);

@@ -46,6 +46,12 @@ class EventCount {
     }
   }
 
+  /// Whether a waiter is registered (asleep, or about to re-check and sleep). A notifier that
+  /// finds none after publishing (seq_cst) may skip notify_all: a later waiter sees the change.
+  [[nodiscard]] bool has_waiters() const noexcept {
+    return waiters_.load(std::memory_order_seq_cst) != 0;
+  }
+
   /// Spins for up to `spin` checking `ready()`, then sleeps until it holds or `deadline` passes.
   /// Returns ready(). `ready` must read the published state with seq_cst loads.
   template <class Ready>

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "simpler/detail/scheduler_core.hpp"
 #include "simpler/error.hpp"
 #include "simpler/orchestrator.hpp"
 #include "simpler/remote/wire.hpp"
@@ -697,7 +698,7 @@ inline void OrchestratorBase::publish(Slot& s) {
       core_.trace.orch->record({detail::trace_now(), 0, s.trace_id, 0, detail::TraceKind::Ready});
     }
     core_.ready_inbox.push(&s);  // seq_cst: publishes the task data
-    core_.notify_scheduler();
+    dispatch_published();
     return;
   }
   s.state.store(TaskState::Pending, std::memory_order_relaxed);
@@ -710,6 +711,20 @@ inline void OrchestratorBase::publish(Slot& s) {
       core_.trace.orch->record({detail::trace_now(), 0, s.trace_id, 0, detail::TraceKind::Ready});
     }
     core_.ready_inbox.push(&s);
+    dispatch_published();
+  }
+}
+
+// An awake scheduler thread takes what was published (it is polling, or in a pass and looks again
+// after it). An asleep one is not woken: the Orchestrator dispatches the task itself, in a
+// scheduler pass on this thread, which costs less than a wake-up (a syscall here and a sleeping
+// thread's start there). Not always: while tasks stream in, a scheduler thread that is awake
+// anyway dispatches in parallel with the orchestration, which is then the slower side.
+inline void OrchestratorBase::dispatch_published() noexcept {
+  if (!core_.sched_wake.has_waiters()) return;
+  if (core_.driver != nullptr) {
+    core_.driver->try_pass();
+  } else {
     core_.notify_scheduler();
   }
 }
@@ -1065,15 +1080,43 @@ inline int OrchestratorBase::finish_run() noexcept {
   // one hand-off after the task ends rather than two (through the scheduler). Not with many:
   // spinning once per retirement would take the cores the workers need. A traced run also waits
   // for the scheduler to go idle: its last pass may still be recording events.
+  //
+  // While it spins it also does the scheduler's passes (orch_polling): the lanes' completions
+  // are collected here, and the scheduler thread is not woken for them. It stops polling before
+  // it sleeps, then looks once more for what the lanes pushed meanwhile.
+  //
+  // A driving fence also waits for the lanes to hand their last results in (right after their
+  // tasks retire) and collects them itself: otherwise those would wake the scheduler thread
+  // after the run, to compete with the next one for the cores.
   const bool traced = trace_level_ != 0 || dag_ != nullptr;
-  const auto done = [&] { return core_.pool.live() == 0 && (!traced || workers_idle()); };
+  const bool drives = core_.driver != nullptr;
+  const auto done = [&] {
+    return core_.pool.live() == 0 && (!(traced || drives) || workers_idle());
+  };
   for (;;) {
     drain_retired();
     if (done()) break;
-    const bool few = !traced && core_.pool.live() <= kFenceFewTasks;
-    core_.orch_wake.await(
-        [this, few] { return (few && !core_.retire_inbox.empty()) || workers_idle(); },
-        core_.timing.spin, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    const bool few = !traced && !drives && core_.pool.live() <= kFenceFewTasks;
+    const auto settled = [this, few] {
+      return (few && !core_.retire_inbox.empty()) || workers_idle();
+    };
+    bool ok = false;
+    if (drives) {
+      core_.orch_polling.store(true, std::memory_order_seq_cst);
+      const auto drive = [&] {
+        core_.driver->try_pass();
+        return settled();
+      };
+      ok = detail::EventCount::spin_until(drive, core_.timing.spin);
+      core_.orch_polling.store(false, std::memory_order_seq_cst);
+      core_.driver->try_pass();
+    }
+    if (!ok) {
+      // Spun already when it polled: sleep now.
+      const auto spin = drives ? std::chrono::nanoseconds(0) : core_.timing.spin;
+      core_.orch_wake.await(settled, spin,
+                            std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    }
     if (!core_.retire_inbox.empty() || !workers_idle()) continue;
     drain_retired();
     if (done()) break;

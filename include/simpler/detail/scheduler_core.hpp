@@ -1,8 +1,9 @@
 // simpler::detail::SchedulerCore — the body of the Scheduler thread.
 //
 // Moves slot ids between the ready queues, the lanes and completion; never reads task data
-// beyond the routing fields (kind, targets, group size). Everything here runs on the one
-// scheduler thread, so the queues and the lanes' busy flags need no synchronisation.
+// beyond the routing fields (kind, targets, group size). Everything here runs under one token,
+// EngineCore::pass_owner, held by the scheduler thread or by the Orchestrator's thread for one
+// pass at a time, so the queues and the lanes' busy flags need no further synchronisation.
 #pragma once
 
 #include <array>
@@ -23,6 +24,11 @@ class SchedulerCore {
   void prepare();
   /// The scheduler thread's body: returns once EngineCore::stop is set and no lane is busy.
   void run_loop() noexcept;
+  /// The Orchestrator's thread does the scheduler's work itself, when nobody else is doing it:
+  /// takes what arrived and dispatches it. Returns at once when the scheduler thread holds the
+  /// pass (it looks again after its pass, so nothing is left behind). Saves a hand-off per
+  /// submitted task and leaves the scheduler thread asleep (see EngineCore::pass_owner).
+  void try_pass() noexcept;
 
  private:
   struct RoleQueues {
@@ -34,6 +40,18 @@ class SchedulerCore {
     RingBuffer<TaskSlot> groups;
   };
 
+  /// One pass, by whoever holds EngineCore::pass_owner: deadlines, then what arrived, then the
+  /// idle mark. Returns true when something had arrived.
+  bool pass();
+  [[nodiscard]] bool has_input() const noexcept {
+    return !core_.ready_inbox.empty() || !core_.done.empty();
+  }
+  bool acquire() noexcept {
+    std::uint32_t free = 0;
+    return core_.pass_owner.load(std::memory_order_relaxed) == 0 &&
+           core_.pass_owner.compare_exchange_strong(free, 1, std::memory_order_seq_cst);
+  }
+  void release() noexcept { core_.pass_owner.store(0, std::memory_order_seq_cst); }
   void take_inbox();
   void take_done();
   void became_ready(Slot& s);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "simpler/detail/scheduler_core.hpp"
 
@@ -31,52 +32,90 @@ inline bool SchedulerCore::any_busy() const noexcept {
   return busy_lanes_ != 0;
 }
 
+inline bool SchedulerCore::pass() {
+  // Deadlines cost a clock read per pass, and only while some are pending.
+  const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
+  if (timed_total_ != 0 || run_dl != 0) {
+    if (run_dl != 0 && run_dl != expired_run_deadline_) {
+      next_check_ = std::min(next_check_, steady_from_ns(run_dl));
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_check_) check_deadlines(now);
+  }
+  const bool arrived = !core_.ready_inbox.empty();
+  const bool finished = !core_.done.empty();
+  if (arrived || finished) {
+    // Cleared before taking work, so an Orchestrator that sees the inbox empty also sees this.
+    core_.sched_idle.store(false, std::memory_order_seq_cst);
+    const bool pass_traced =
+        arrived && core_.trace_level.load(std::memory_order_relaxed) >= kTraceSched;
+    const std::int64_t pass_begin = pass_traced ? trace_now() : 0;
+    const std::uint64_t routed_before = routed_;
+    if (finished) take_done();
+    if (arrived) take_inbox();
+    std::uint64_t before = 0;
+    do {
+      before = routed_;
+      dispatch(next_);
+      dispatch(sub_);
+    } while (routed_ != before);
+    core_.stats.ready_queued.set(queued_);
+    if (pass_traced) [[unlikely]]
+      trace_pass(pass_begin, routed_ - routed_before);
+  }
+  // Nothing queued and no lane busy: every published task has finished (the run's fence).
+  if (!any_busy() && !core_.sched_idle.load(std::memory_order_relaxed) &&
+      core_.ready_inbox.empty()) {
+    core_.sched_idle.store(true, std::memory_order_seq_cst);
+    core_.orch_wake.notify_all();
+  }
+  return arrived || finished;
+}
+
+inline void SchedulerCore::try_pass() noexcept {
+  // The holder looks for input again after it lets go (both sides: pushes and the token are
+  // seq_cst), so giving up when the token is taken cannot strand a task.
+  while (has_input() && acquire()) {
+    const auto check_before = next_check_;
+    if (pass()) core_.stats.orch_passes.add();
+    // A deadline this pass started watching may come before the one the scheduler thread
+    // sleeps towards: wake it to look (only with deadlines in play).
+    const bool earlier = next_check_ < check_before;
+    release();
+    if (earlier) [[unlikely]] {
+      core_.deadline_moved.store(true, std::memory_order_seq_cst);
+      core_.notify_scheduler();
+    }
+  }
+}
+
 inline void SchedulerCore::run_loop() noexcept {
   for (;;) {
-    // Deadlines cost a clock read per pass, and only while some are pending.
-    const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
-    if (timed_total_ != 0 || run_dl != 0) {
-      if (run_dl != 0 && run_dl != expired_run_deadline_) {
-        next_check_ = std::min(next_check_, steady_from_ns(run_dl));
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= next_check_) check_deadlines(now);
-    }
-    const bool arrived = !core_.ready_inbox.empty();
-    const bool finished = !core_.done.empty();
-    if (arrived || finished) {
-      // Cleared before taking work, so an Orchestrator that sees the inbox empty also sees this.
-      core_.sched_idle.store(false, std::memory_order_seq_cst);
-      const bool pass_traced =
-          arrived && core_.trace_level.load(std::memory_order_relaxed) >= kTraceSched;
-      const std::int64_t pass_begin = pass_traced ? trace_now() : 0;
-      const std::uint64_t routed_before = routed_;
-      if (finished) take_done();
-      if (arrived) take_inbox();
-      std::uint64_t before = 0;
-      do {
-        before = routed_;
-        dispatch(next_);
-        dispatch(sub_);
-      } while (routed_ != before);
-      core_.stats.ready_queued.set(queued_);
-      if (pass_traced) [[unlikely]]
-        trace_pass(pass_begin, routed_ - routed_before);
+    if (!acquire()) {
+      // The Orchestrator is in a pass (a short one); it looks for input again after it.
+      std::this_thread::yield();
       continue;
     }
-    if (core_.stop.load(std::memory_order_seq_cst) && !any_busy()) return;
-    if (!any_busy() && !core_.sched_idle.load(std::memory_order_relaxed) &&
-        core_.ready_inbox.empty()) {
-      core_.sched_idle.store(true, std::memory_order_seq_cst);
-      core_.orch_wake.notify_all();
+    if (core_.deadline_moved.load(std::memory_order_relaxed)) {
+      core_.deadline_moved.store(false, std::memory_order_relaxed);  // next_check_ is read below
     }
+    const bool took = pass();
+    const bool exit = core_.stop.load(std::memory_order_seq_cst) && !any_busy();
+    const auto wake_at =
+        std::min(std::chrono::steady_clock::now() + core_.timing.idle_tick, next_check_);
+    release();
+    if (exit) return;
+    if (took) continue;
+    // While the Orchestrator polls (its run's fence), it does the passes: lanes do not wake
+    // this thread then, and it stays out of the way. Pushes it may miss when the polling ends
+    // are taken by the Orchestrator's last look (see EngineCore::orch_polling).
     core_.sched_wake.await(
         [this] {
-          return !core_.ready_inbox.empty() || !core_.done.empty() ||
-                 core_.stop.load(std::memory_order_seq_cst);
+          return (has_input() && !core_.orch_polling.load(std::memory_order_seq_cst)) ||
+                 core_.stop.load(std::memory_order_seq_cst) ||
+                 core_.deadline_moved.load(std::memory_order_seq_cst);
         },
-        core_.timing.spin,
-        std::min(std::chrono::steady_clock::now() + core_.timing.idle_tick, next_check_));
+        core_.timing.spin, wake_at);
   }
 }
 

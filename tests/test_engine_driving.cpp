@@ -1,0 +1,206 @@
+// The orchestration thread runs scheduler passes itself (SchedulerCore::try_pass): for a task it
+// submits while the scheduler thread sleeps, and for the lanes' results while its run's fence
+// spins. Either thread may hold the pass; these tests check that work is never stranded between
+// them, that failures and skips end the same way whoever runs the pass, and that a deadline the
+// orchestration thread's pass starts watching still wakes the scheduler thread in time.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <simpler/simpler.hpp>
+
+#include "support/matchers.hpp"
+#include "support/recording_leaf.hpp"
+
+using namespace simpler;
+using namespace simpler::testing;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+
+namespace {
+
+ContinuousTensor one(std::int64_t& v) { return make_tensor(std::span<std::int64_t>(&v, 1)); }
+
+}  // namespace
+
+TEST_CASE("a task submitted while the scheduler thread sleeps is dispatched by the orchestration "
+          "thread",
+          "[engine][driving]") {
+  WorkerOptions o = thread_options(1);
+  o.spin = 0us;  // the scheduler thread sleeps as soon as it is idle
+  Worker w(o);
+  std::atomic<int> ran{0};
+  auto count = w.register_sub("count", [&](TaskArgsView) { ++ran; });
+  w.init();
+  constexpr int kRuns = 10;
+  int by_submit = 0;
+  for (int i = 0; i < kRuns; ++i) {
+    std::this_thread::sleep_for(50ms);  // long enough for the scheduler thread to fall asleep
+    w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+      const std::uint64_t before = w.stats().orchestrator_passes;
+      orch.submit_sub(count);
+      // The submit found the scheduler thread asleep: it dispatched the task itself, in a pass
+      // on this thread, rather than wake that thread. (It may have run a second pass too, for
+      // the lane's result, when the empty task ended before it let go of the pass.)
+      if (w.stats().orchestrator_passes > before) ++by_submit;
+    });
+  }
+  CHECK(ran == kRuns);
+  CHECK(by_submit == kRuns);
+  const WorkerStats st = w.stats();
+  CHECK(st.tasks_completed == kRuns);
+  CHECK(st.orchestrator_passes >= kRuns);
+  w.close();
+}
+
+TEST_CASE("failures and skips end the same way when the orchestration thread runs the pass",
+          "[engine][driving]") {
+  Worker w(thread_options(2));
+  std::atomic<int> ran{0};
+  // The failing task waits until every submit of the run is in: the orchestration thread
+  // dispatches it at once, and a failure seen before the last submit would make that submit
+  // throw (later submits in a failed run throw at once) instead of skipping the consumers.
+  std::atomic<bool> submitted{false};
+  auto fails = w.register_sub("fails", [&](TaskArgsView) {
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (!submitted.load() && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+    throw std::runtime_error("boom");
+  });
+  auto count = w.register_sub("count", [&](TaskArgsView v) {
+    ++ran;
+    if (v.tensor_count != 0) ++*v.tensors[0].as<std::int64_t>();
+  });
+  w.init();
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(20ms);  // the scheduler thread is asleep when the run starts
+    const WorkerStats before = w.stats();
+    ran = 0;
+    submitted = false;
+    std::int64_t x = 0;
+    std::int64_t y = 0;
+    try {
+      w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+        orch.submit_sub(fails, TaskArgs().add_tensor(one(x), TensorArgType::OutputExisting));
+        orch.submit_sub(count, TaskArgs().add_tensor(one(x), TensorArgType::InOut));  // skipped
+        orch.submit_sub(count, TaskArgs().add_tensor(one(x), TensorArgType::InOut));  // skipped
+        orch.submit_sub(count, TaskArgs().add_tensor(one(y), TensorArgType::InOut));  // runs
+        orch.submit_sub_group(count, {TaskArgs(), TaskArgs()}, {0, 1});              // runs
+        submitted = true;
+      });
+      FAIL("run() did not throw");
+    } catch (const TaskError& e) {
+      INFO(e.what());
+      CHECK(e.outcome() == Outcome::TaskFailure);
+      CHECK(e.callable() == "fails");
+      CHECK_THAT(e.message(), Contains("boom"));
+    }
+    CHECK(x == 0);
+    CHECK(y == 1);
+    CHECK(ran == 3);  // y's task and both group members
+    const WorkerStats after = w.stats();
+    CHECK(after.tasks_failed - before.tasks_failed == 1);
+    CHECK(after.tasks_skipped - before.tasks_skipped == 2);
+    CHECK(after.tasks_completed - before.tasks_completed == 2);
+    CHECK(after.tasks_in_flight == 0);
+  }
+  CHECK(w.stats().orchestrator_passes > 0);
+  // The Worker is fine afterwards.
+  std::int64_t z = 0;
+  w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+    for (int i = 0; i < 50; ++i) {
+      orch.submit_sub(count, TaskArgs().add_tensor(one(z), TensorArgType::InOut));
+    }
+  });
+  CHECK(z == 50);
+  w.close();
+}
+
+TEST_CASE("the pass moves between the orchestration thread and the scheduler thread without "
+          "losing work",
+          "[engine][driving]") {
+  // Runs of chains, independent tasks and groups, with pauses in the orchestration (the scheduler
+  // thread takes over then) and short spins (either thread may be asleep at any hand-off).
+  WorkerOptions o = thread_options(2);
+  o.spin = 2us;
+  Worker w(o);
+  auto add = w.register_sub("add", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });
+  w.init();
+  std::mt19937 rng(13);
+  constexpr int kRuns = 60;
+  constexpr int kChain = 20;
+  constexpr int kFlat = 20;
+  for (int r = 0; r < kRuns; ++r) {
+    std::int64_t chain = 0;
+    std::vector<std::int64_t> flat(kFlat, 0);
+    std::vector<std::int64_t> grouped(2, 0);
+    const bool pauses = rng() % 2 == 0;
+    w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+      for (int i = 0; i < kChain; ++i) {
+        orch.submit_sub(add, TaskArgs().add_tensor(one(chain), TensorArgType::InOut));
+        orch.submit_sub(add, TaskArgs().add_tensor(one(flat[static_cast<std::size_t>(i)]),
+                                                   TensorArgType::InOut));
+        if (pauses && rng() % 4 == 0) std::this_thread::sleep_for(200us);
+      }
+      orch.submit_sub_group(add,
+                            {TaskArgs().add_tensor(one(grouped[0]), TensorArgType::InOut),
+                             TaskArgs().add_tensor(one(grouped[1]), TensorArgType::InOut)},
+                            {0, 1});
+    });
+    REQUIRE(chain == kChain);
+    for (std::int64_t v : flat) REQUIRE(v == 1);
+    REQUIRE(grouped[0] == 1);
+    REQUIRE(grouped[1] == 1);
+    if (rng() % 3 == 0) std::this_thread::sleep_for(1ms);  // let the scheduler thread sleep
+  }
+  const WorkerStats st = w.stats();
+  CHECK(st.tasks_completed == static_cast<std::uint64_t>(kRuns) * (kChain + kFlat + 1));
+  CHECK(st.tasks_in_flight == 0);
+  w.close();
+}
+
+TEST_CASE("a deadline the orchestration thread's pass starts watching wakes the scheduler thread",
+          "[engine][driving][deadline]") {
+  // The scheduler thread sleeps towards its idle tick (200 ms) when the run starts; the
+  // orchestration thread posts a task with a 40 ms deadline itself. The scheduler thread must
+  // learn of that deadline, not find it at its next tick.
+  static std::atomic<bool> release{false};
+  release = false;
+  WorkerOptions o = thread_options(1);
+  o.task_timeout = 40ms;
+  {
+    Worker w(o);
+    auto stuck = w.register_sub("stuck", [](TaskArgsView) {
+      const auto end = std::chrono::steady_clock::now() + 30s;
+      while (!release.load() && std::chrono::steady_clock::now() < end) {
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+    w.init();
+    std::this_thread::sleep_for(20ms);  // the scheduler thread is asleep, its tick ~180 ms away
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) { orch.submit_sub(stuck); });
+      FAIL("run() did not throw");
+    } catch (const TaskError& e) {
+      INFO(e.what());
+      CHECK(e.outcome() == Outcome::EndpointFailure);
+      CHECK(e.callable() == "stuck");
+      CHECK_THAT(e.message(), Contains("40 ms"));
+    }
+    const auto took = std::chrono::steady_clock::now() - t0;
+    const double ms = std::chrono::duration<double, std::milli>(took).count();
+    INFO("the run took " << ms << " ms");
+    CHECK(took < 130ms);  // the deadline (40 ms) and some slack; the tick would be ~180 ms
+    CHECK(w.stats().orchestrator_passes > 0);
+    CHECK_NOTHROW(w.close());
+  }
+  release = true;
+}
