@@ -30,21 +30,21 @@ namespace {
 
 using namespace fuzz_program;
 using simpler_test::ProgramDevice;
-using Edge = std::pair<std::int64_t, std::int64_t>;  // producer task id -> consumer task id
+using TraceEdge = std::pair<std::int64_t, std::int64_t>;  // producer task id -> consumer task id
 using simpler::testing::Json;
 using simpler::testing::parse_json;
 
 /// A fresh directory under /tmp, removed with everything in it at scope exit.
-class TempDir {
+class TraceTempDir {
  public:
-  TempDir() {
+  TraceTempDir() {
     char tmpl[] = "/tmp/simpler_chiptrace_XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = tmpl;
   }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
+  TraceTempDir(const TraceTempDir&) = delete;
+  TraceTempDir& operator=(const TraceTempDir&) = delete;
+  ~TraceTempDir() {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
@@ -181,7 +181,7 @@ class Oracle {
     for (std::int64_t p : found) edges_.insert({p, task});
   }
 
-  [[nodiscard]] const std::set<Edge>& edges() const noexcept { return edges_; }
+  [[nodiscard]] const std::set<TraceEdge>& edges() const noexcept { return edges_; }
   [[nodiscard]] std::int64_t tasks() const noexcept { return next_; }
   [[nodiscard]] std::size_t known() const noexcept { return known_.size(); }
   [[nodiscard]] std::uint32_t size_of(std::size_t k) const { return known_[k].size; }
@@ -211,7 +211,7 @@ class Oracle {
   bool all_;
   std::vector<Known> known_;
   std::vector<Access> accesses_;
-  std::set<Edge> edges_;
+  std::set<TraceEdge> edges_;
   std::int64_t next_ = 0;
 };
 
@@ -241,7 +241,7 @@ struct Program {
 /// A random program of `n` tasks over four host buffers of 256 bytes: each task has one to
 /// three tensors with random tags, whole buffers or byte views, and Outputs that later tasks
 /// read, update or overwrite.
-Program random_program(std::uint32_t seed, int n) {
+Program random_trace_program(std::uint32_t seed, int n) {
   Program p({256, 256, 256, 256});
   std::mt19937 rng(seed);
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -277,8 +277,8 @@ std::string run_dir(const std::string& prefix, int device, int run) {
   return prefix + "/chip" + std::to_string(device) + "/run" + std::to_string(run);
 }
 
-std::set<Edge> dag_json_edges(const Json& dag) {
-  std::set<Edge> out;
+std::set<TraceEdge> dag_json_edges(const Json& dag) {
+  std::set<TraceEdge> out;
   for (const Json& e : dag["edges"].arr) out.insert({e["from"].integer(), e["to"].integer()});
   return out;
 }
@@ -290,8 +290,8 @@ std::int64_t task_of_label(const std::string& label) {
 }
 
 /// The edges of a DOT file: every line `"a" -> "b" ...`.
-std::set<Edge> dag_dot_edges(const std::string& dot) {
-  std::set<Edge> out;
+std::set<TraceEdge> dag_dot_edges(const std::string& dot) {
+  std::set<TraceEdge> out;
   std::istringstream in(dot);
   for (std::string line; std::getline(in, line);) {
     const auto arrow = line.find("\" -> \"");
@@ -309,7 +309,7 @@ std::set<Edge> dag_dot_edges(const std::string& dot) {
 struct ChromeTrace {
   std::map<std::int64_t, std::string> threads;
   std::map<std::int64_t, int> kernel_slices;
-  std::set<Edge> flows;
+  std::set<TraceEdge> flows;
   std::int64_t dropped = 0;
 };
 
@@ -317,7 +317,7 @@ ChromeTrace read_chrome_trace(const std::string& path) {
   const Json doc = parse_json(read_file(path));
   ChromeTrace out;
   out.dropped = doc["otherData"]["dropped"].integer();
-  std::map<std::int64_t, Edge> starts;
+  std::map<std::int64_t, TraceEdge> starts;
   std::map<std::int64_t, int> finishes;
   for (const Json& e : doc["traceEvents"].arr) {
     const std::string& ph = e["ph"].str;
@@ -328,7 +328,8 @@ ChromeTrace read_chrome_trace(const std::string& path) {
       REQUIRE(e["ts"].num > 0);
       if (e["cat"].str == "kernel") ++out.kernel_slices[e["args"]["task_id"].integer()];
     } else if (ph == "s") {
-      const Edge edge{task_of_label(e["args"]["from"].str), task_of_label(e["args"]["to"].str)};
+      const TraceEdge edge{task_of_label(e["args"]["from"].str),
+                           task_of_label(e["args"]["to"].str)};
       REQUIRE(starts.emplace(e["id"].integer(), edge).second);
       out.flows.insert(edge);
     } else if (ph == "f") {
@@ -373,8 +374,8 @@ std::map<std::int64_t, int> kernels_per_task(const ApiTrace& t) {
   return out;
 }
 
-std::set<Edge> dependency_events(const ApiTrace& t) {
-  std::set<Edge> out;
+std::set<TraceEdge> dependency_events(const ApiTrace& t) {
+  std::set<TraceEdge> out;
   for (const auto& e : t.events) {
     if (e.kind == SIMPLER_TRACE_DEPENDENCY) out.insert({e.flow_from, e.task_id});
   }
@@ -407,7 +408,7 @@ int run_program(ProgramDevice& d, Program& p, const simpler_run_config& cfg) {
 
 TEST_CASE("a chip chain's DAG has one edge per link with the bytes that caused it",
           "[chip][trace][dag]") {
-  TempDir dir;
+  TraceTempDir dir;
   ProgramDevice d;
   Program p({64});
   // Task 0 writes the buffer; 1..4 update it in turn (each InOut replaces the previous writer).
@@ -415,7 +416,7 @@ TEST_CASE("a chip chain's DAG has one edge per link with the bytes that caused i
   for (int i = 0; i < 4; ++i) p.task({whole(SIMPLER_TAG_INOUT, 0)});
   run_program(d, p, diag_config(0, true, dir.path()));
 
-  const std::set<Edge> expected{{0, 1}, {1, 2}, {2, 3}, {3, 4}};
+  const std::set<TraceEdge> expected{{0, 1}, {1, 2}, {2, 3}, {3, 4}};
   REQUIRE(p.oracle.edges() == expected);
   const Json dag = parse_json(read_file(run_dir(dir.path(), 0, 0) + "/dag.json"));
   CHECK(dag_json_edges(dag) == expected);
@@ -441,7 +442,7 @@ TEST_CASE("a chip chain's DAG has one edge per link with the bytes that caused i
 
 TEST_CASE("a chip fan-out/fan-in DAG has the edges of its views and outputs",
           "[chip][trace][dag]") {
-  TempDir dir;
+  TraceTempDir dir;
   ProgramDevice d;
   Program p({64, 64});
   // 0 writes bytes [0, 32) of buffer 0; 1 and 2 each read half of that and make an Output;
@@ -454,7 +455,7 @@ TEST_CASE("a chip fan-out/fan-in DAG has the edges of its views and outputs",
           whole(SIMPLER_TAG_OUTPUT_EXISTING, 1)});
   run_program(d, p, diag_config(0, true, dir.path()));
 
-  const std::set<Edge> expected{{0, 1}, {0, 2}, {1, 4}, {2, 4}};
+  const std::set<TraceEdge> expected{{0, 1}, {0, 2}, {1, 4}, {2, 4}};
   REQUIRE(p.oracle.edges() == expected);
   const Json dag = parse_json(read_file(run_dir(dir.path(), 0, 0) + "/dag.json"));
   CHECK(dag_json_edges(dag) == expected);
@@ -472,7 +473,7 @@ TEST_CASE("a chip fan-out/fan-in DAG has the edges of its views and outputs",
 
 TEST_CASE("a chip writer's DAG edges from the readers and writer before it only order",
           "[chip][trace][dag][hazards]") {
-  TempDir dir;
+  TraceTempDir dir;
   ProgramDevice d;
   Program p({64});
   // 0 writes the buffer; 1 and 2 read overlapping halves; 3 overwrites it all: it waits for 1
@@ -483,7 +484,7 @@ TEST_CASE("a chip writer's DAG edges from the readers and writer before it only 
   p.task({whole(SIMPLER_TAG_OUTPUT_EXISTING, 0)});
   run_program(d, p, diag_config(2, true, dir.path()));
 
-  const std::set<Edge> expected{{0, 1}, {0, 2}, {0, 3}, {1, 3}, {2, 3}};
+  const std::set<TraceEdge> expected{{0, 1}, {0, 2}, {0, 3}, {1, 3}, {2, 3}};
   REQUIRE(p.oracle.edges() == expected);
   const std::string rd = run_dir(dir.path(), 0, 0);
   const Json dag = parse_json(read_file(rd + "/dag.json"));
@@ -525,7 +526,7 @@ TEST_CASE("a chip writer's DAG edges from the readers and writer before it only 
 
 TEST_CASE("with read-after-write hazards only, a chip DAG has no edges into writers",
           "[chip][trace][dag][hazards]") {
-  TempDir dir;
+  TraceTempDir dir;
   simpler_init_options o = ProgramDevice::default_options();
   o.hazards = SIMPLER_HAZARDS_READ_AFTER_WRITE;
   ProgramDevice d(o);
@@ -535,7 +536,7 @@ TEST_CASE("with read-after-write hazards only, a chip DAG has no edges into writ
   p.task({view(SIMPLER_TAG_INPUT, 0, 0, 32)});
   p.task({whole(SIMPLER_TAG_OUTPUT_EXISTING, 0)});
   run_program(d, p, diag_config(0, true, dir.path()));
-  const std::set<Edge> expected{{0, 1}};
+  const std::set<TraceEdge> expected{{0, 1}};
   REQUIRE(p.oracle.edges() == expected);
   CHECK(dag_json_edges(parse_json(read_file(run_dir(dir.path(), 0, 0) + "/dag.json"))) == expected);
 }
@@ -544,12 +545,12 @@ TEST_CASE("random tagged chip DAGs: the DAG files and the trace's flows equal th
           "[chip][trace][dag]") {
   for (std::uint32_t seed = 1; seed <= 6; ++seed) {
     INFO("seed " << seed);
-    TempDir dir;
+    TraceTempDir dir;
     ProgramDevice d;
-    Program p = random_program(seed, 40);
+    Program p = random_trace_program(seed, 40);
     run_program(d, p, diag_config(2, true, dir.path()));
     const std::string rd = run_dir(dir.path(), 0, 0);
-    const std::set<Edge>& expected = p.oracle.edges();
+    const std::set<TraceEdge>& expected = p.oracle.edges();
     CHECK(!expected.empty());
 
     const Json dag = parse_json(read_file(rd + "/dag.json"));
@@ -569,12 +570,12 @@ TEST_CASE("random tagged chip DAGs: the DAG files and the trace's flows equal th
 
 TEST_CASE("a chip trace names its tracks and holds each task's kernel once, per level",
           "[chip][trace]") {
-  TempDir dir;
+  TraceTempDir dir;
   simpler_init_options o = ProgramDevice::default_options();
   o.num_clusters = 2;
   o.aicpu_thread_num = 3;
   ProgramDevice d(o);
-  Program p = random_program(42, 30);
+  Program p = random_trace_program(42, 30);
   const std::int64_t n = p.oracle.tasks();
 
   for (int level = 1; level <= 4; ++level) {
@@ -613,9 +614,9 @@ TEST_CASE("a chip trace names its tracks and holds each task's kernel once, per 
 
 TEST_CASE("with diagnostics off a chip run writes no file and its trace is empty",
           "[chip][trace]") {
-  TempDir dir;
+  TraceTempDir dir;
   ProgramDevice d;
-  Program p = random_program(7, 10);
+  Program p = random_trace_program(7, 10);
   // A traced run first: its trace must not survive into the next run.
   run_program(d, p, diag_config(1, false, dir.path()));
   CHECK_FALSE(api_trace(d).events.empty());
@@ -635,10 +636,10 @@ TEST_CASE("with diagnostics off a chip run writes no file and its trace is empty
 
 TEST_CASE("a full chip trace buffer counts dropped events and the run still succeeds",
           "[chip][trace]") {
-  TempDir dir;
+  TraceTempDir dir;
   ScopedEnv small("SIMPLER_SIM_TRACE_EVENTS", "4");
   ProgramDevice d;
-  Program p = random_program(3, 40);
+  Program p = random_trace_program(3, 40);
   run_program(d, p, diag_config(4, false, dir.path()));
   const ApiTrace t = api_trace(d);
   CHECK(t.dropped > 0);
@@ -649,7 +650,7 @@ TEST_CASE("a full chip trace buffer counts dropped events and the run still succ
 }
 
 TEST_CASE("a chip DAG past its node limit is cut and says so", "[chip][trace][dag]") {
-  TempDir dir;
+  TraceTempDir dir;
   ScopedEnv small("SIMPLER_SIM_DAG_MAX_NODES", "3");
   ProgramDevice d;
   Program p({64});
@@ -660,7 +661,7 @@ TEST_CASE("a chip DAG past its node limit is cut and says so", "[chip][trace][da
   CHECK(dag["nodes"].arr.size() == 3);
   CHECK(dag["omitted_nodes"].integer() == 3);
   CHECK(dag["omitted_edges"].integer() == 3);
-  CHECK(dag_json_edges(dag) == std::set<Edge>{{0, 1}, {1, 2}});
+  CHECK(dag_json_edges(dag) == std::set<TraceEdge>{{0, 1}, {1, 2}});
   CHECK_THAT(read_file(run_dir(dir.path(), 0, 0) + "/dag.dot"), Catch::Contains("truncated"));
 }
 
@@ -676,14 +677,14 @@ TEST_CASE("a chip run refuses a swimlane level outside 0..4", "[chip][trace]") {
 TEST_CASE("a chip trace without an output_prefix is read back and writes nothing",
           "[chip][trace]") {
   ProgramDevice d;
-  Program p = random_program(9, 12);
+  Program p = random_trace_program(9, 12);
   run_program(d, p, diag_config(1, false, ""));
   check_each_task_once(kernels_per_task(api_trace(d)), p.oracle.tasks());
 }
 
 TEST_CASE("ChipWorker::last_run_trace returns the chip's trace of its last run", "[chip][trace]") {
   using namespace simpler;
-  TempDir dir;
+  TraceTempDir dir;
   ChipWorker chip(1);
   chip.init();
   const int id = chip.register_callable(testing::chipw_callable("fill", "fill"));

@@ -51,7 +51,7 @@ ChipOptions runtime_at(std::string path) {
   return o;
 }
 
-std::vector<std::int64_t> filled(std::size_t n, std::int64_t v) {
+std::vector<std::int64_t> filled_i64(std::size_t n, std::int64_t v) {
   return std::vector<std::int64_t>(n, v);
 }
 }  // namespace
@@ -341,7 +341,7 @@ TEST_CASE("run passes the args in place and the call config's runtime sizing", "
   ChipWorker chip(2, fake.options());
   chip.init();
   const int id = chip.register_callable(chipw_callable("fill", "fill"), 9);
-  auto out = filled(6, 0);
+  auto out = filled_i64(6, 0);
   TaskArgs args;
   args.add_tensor(make_tensor(std::span(out)), TensorArgType::OutputExisting)
       .add_scalar(77)
@@ -369,7 +369,7 @@ TEST_CASE("run passes the args in place and the call config's runtime sizing", "
   CHECK(r.run_config.ring_task_window[1] == 64);
   CHECK(r.run_config.ring_heap[2] == 4096);
   CHECK(r.run_config.ring_dep_pool[3] == 16);
-  CHECK(out == filled(6, 77));  // the fake wrote through the host pointer
+  CHECK(out == filled_i64(6, 77));  // the fake wrote through the host pointer
 
   // The default CallConfig passes its aicpu_thread_num (3) and device-default sizing.
   chip.run(id, args.view());
@@ -388,7 +388,7 @@ TEST_CASE("a failing run is a DeviceError with the runtime's status and message"
   ChipWorker chip(2, fake.options());
   chip.init();
   const int id = chip.register_callable(chipw_callable("told_to_fail", "fail"));
-  auto out = filled(2, 0);
+  auto out = filled_i64(2, 0);
   TaskArgs args;
   args.add_tensor(make_tensor(std::span(out))).add_scalar(1).add_scalar(FAKE_FAIL_MAGIC);
   try {
@@ -404,7 +404,7 @@ TEST_CASE("a failing run is a DeviceError with the runtime's status and message"
   TaskArgs ok;
   ok.add_tensor(make_tensor(std::span(out))).add_scalar(8);
   chip.run(id, ok);
-  CHECK(out == filled(2, 8));
+  CHECK(out == filled_i64(2, 8));
   CHECK_THROWS_MATCHES(chip.run(1, ok), UsageError,
                        WhatContains("callable id 1 is not registered"));
   CHECK_THROWS_MATCHES(chip.run(-1, ok), UsageError,
@@ -500,7 +500,7 @@ TEST_CASE("a chip leaf registers the registry's chip callables and runs them by 
   chip.start();
   CHECK(fake.record().registers == 2);
 
-  auto out = filled(3, 0);
+  auto out = filled_i64(3, 0);
   TaskArgs args;
   args.add_tensor(make_tensor(std::span(out))).add_scalar(31);
   LeafRequest r;
@@ -510,7 +510,7 @@ TEST_CASE("a chip leaf registers the registry's chip callables and runs them by 
   r.index_hint = 0;  // a wrong hint: the digest decides
   chip.run(r);
   CHECK(fake.record().run_callable_id == 1);
-  CHECK(out == filled(3, 31));
+  CHECK(out == filled_i64(3, 31));
   CHECK(chip.callable_name(r) == "b");
 
   SECTION("a digest nobody registered is an error naming it") {
@@ -610,12 +610,12 @@ TEST_CASE("a ChipWorker runs a chip callable on the simulated chip, loading it o
   ChipWorker chip(0);
   chip.init();
   const int id = chip.register_callable(chipw_callable("fill", "fill"));
-  auto out = filled(8, 0);
+  auto out = filled_i64(8, 0);
   for (std::int64_t v : {42, -7}) {
     TaskArgs args;
     args.add_tensor(make_tensor(std::span(out)), TensorArgType::OutputExisting).add_scalar(v);
     chip.run(id, args);
-    CHECK(out == filled(8, v));
+    CHECK(out == filled_i64(8, v));
   }
   const simpler_context_stats s = chip.stats();
   CHECK(s.runs == 2);
@@ -631,7 +631,7 @@ TEST_CASE("a kernel failure on the simulated chip is a DeviceError with the kern
   chip.init();
   const int fail = chip.register_callable(chipw_callable("fail", "fail"));
   const int fill = chip.register_callable(chipw_callable("fill", "fill"));
-  auto out = filled(4, 0);
+  auto out = filled_i64(4, 0);
   TaskArgs args;
   args.add_tensor(make_tensor(std::span(out)), TensorArgType::OutputExisting).add_scalar(5);
   try {
@@ -644,7 +644,7 @@ TEST_CASE("a kernel failure on the simulated chip is a DeviceError with the kern
                              Contains("chipw_fail: this kernel always fails"));
   }
   chip.run(fill, args);  // the chip stays usable
-  CHECK(out == filled(4, 5));
+  CHECK(out == filled_i64(4, 5));
 }
 
 TEST_CASE("the simulated chip refuses a callable whose orchestration entry does not exist",

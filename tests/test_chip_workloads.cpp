@@ -39,7 +39,7 @@ struct Chip {
 // The mixed graph's record layout: [iteration, task, lane, field].
 constexpr int kMixedTasks = 5;
 constexpr int kLanes = 3;  // AIC, AIV0, AIV1
-constexpr int kRowInts = 8;
+constexpr int kRecordRowInts = 8;
 enum Field { kRuns = 0, kCoreType = 1, kCluster = 2, kSubBlock = 3 };
 
 }  // namespace
@@ -128,11 +128,12 @@ TEST_CASE("the vector example with mismatched tensor sizes fails the run with a 
 TEST_CASE("every task of the mixed graph runs only on cores of its shape", "[chip][workload]") {
   Chip c(mixed_callable());
   constexpr int kIterations = 64;
-  std::vector<std::int32_t> record(std::size_t{kIterations} * kMixedTasks * kLanes * kRowInts, 0);
+  std::vector<std::int32_t> record(std::size_t{kIterations} * kMixedTasks * kLanes * kRecordRowInts,
+                                   0);
   TaskArgs args;
-  args.add_tensor(
-      make_tensor(record.data(), {kIterations, kMixedTasks, kLanes, kRowInts}, DataType::Int32),
-      TensorArgType::OutputExisting);
+  args.add_tensor(make_tensor(record.data(), {kIterations, kMixedTasks, kLanes, kRecordRowInts},
+                              DataType::Int32),
+                  TensorArgType::OutputExisting);
   c.chip.run(c.id, args);
   const auto clusters = static_cast<std::int32_t>(c.chip.stats().num_clusters);
   REQUIRE(clusters >= 1);
@@ -146,8 +147,8 @@ TEST_CASE("every task of the mixed graph runs only on cores of its shape", "[chi
   for (int i = 0; i < kIterations; ++i) {
     for (int t = 0; t < kMixedTasks; ++t) {
       const std::int32_t* rec =
-          record.data() + (static_cast<std::size_t>(i) * kMixedTasks + t) * kLanes * kRowInts;
-      auto at = [&](int lane, Field f) { return rec[lane * kRowInts + f]; };
+          record.data() + (static_cast<std::size_t>(i) * kMixedTasks + t) * kLanes * kRecordRowInts;
+      auto at = [&](int lane, Field f) { return rec[lane * kRecordRowInts + f]; };
       INFO("iteration " << i << ", task " << t << " (" << kNames[t] << ")");
       int mask = 0;
       for (int lane = 0; lane < kLanes; ++lane) {

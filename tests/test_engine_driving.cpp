@@ -27,13 +27,16 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-ContinuousTensor one(std::int64_t& v) { return make_tensor(std::span<std::int64_t>(&v, 1)); }
+ContinuousTensor cell(std::int64_t& v) {
+  return make_tensor(std::span<std::int64_t>(&v, 1));
+}
 
 }  // namespace
 
-TEST_CASE("a task submitted while the scheduler thread sleeps is dispatched by the orchestration "
-          "thread",
-          "[engine][driving]") {
+TEST_CASE(
+    "a task submitted while the scheduler thread sleeps is dispatched by the orchestration "
+    "thread",
+    "[engine][driving]") {
   WorkerOptions o = thread_options(1);
   o.spin = 0us;  // the scheduler thread sleeps as soon as it is idle
   Worker w(o);
@@ -88,11 +91,11 @@ TEST_CASE("failures and skips end the same way when the orchestration thread run
     std::int64_t y = 0;
     try {
       w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
-        orch.submit_sub(fails, TaskArgs().add_tensor(one(x), TensorArgType::OutputExisting));
-        orch.submit_sub(count, TaskArgs().add_tensor(one(x), TensorArgType::InOut));  // skipped
-        orch.submit_sub(count, TaskArgs().add_tensor(one(x), TensorArgType::InOut));  // skipped
-        orch.submit_sub(count, TaskArgs().add_tensor(one(y), TensorArgType::InOut));  // runs
-        orch.submit_sub_group(count, {TaskArgs(), TaskArgs()}, {0, 1});              // runs
+        orch.submit_sub(fails, TaskArgs().add_tensor(cell(x), TensorArgType::OutputExisting));
+        orch.submit_sub(count, TaskArgs().add_tensor(cell(x), TensorArgType::InOut));  // skipped
+        orch.submit_sub(count, TaskArgs().add_tensor(cell(x), TensorArgType::InOut));  // skipped
+        orch.submit_sub(count, TaskArgs().add_tensor(cell(y), TensorArgType::InOut));  // runs
+        orch.submit_sub_group(count, {TaskArgs(), TaskArgs()}, {0, 1});                // runs
         submitted = true;
       });
       FAIL("run() did not throw");
@@ -116,16 +119,17 @@ TEST_CASE("failures and skips end the same way when the orchestration thread run
   std::int64_t z = 0;
   w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
     for (int i = 0; i < 50; ++i) {
-      orch.submit_sub(count, TaskArgs().add_tensor(one(z), TensorArgType::InOut));
+      orch.submit_sub(count, TaskArgs().add_tensor(cell(z), TensorArgType::InOut));
     }
   });
   CHECK(z == 50);
   w.close();
 }
 
-TEST_CASE("the pass moves between the orchestration thread and the scheduler thread without "
-          "losing work",
-          "[engine][driving]") {
+TEST_CASE(
+    "the pass moves between the orchestration thread and the scheduler thread without "
+    "losing work",
+    "[engine][driving]") {
   // Runs of chains, independent tasks and groups, with pauses in the orchestration (the scheduler
   // thread takes over then) and short spins (either thread may be asleep at any hand-off).
   WorkerOptions o = thread_options(2);
@@ -144,14 +148,14 @@ TEST_CASE("the pass moves between the orchestration thread and the scheduler thr
     const bool pauses = rng() % 2 == 0;
     w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
       for (int i = 0; i < kChain; ++i) {
-        orch.submit_sub(add, TaskArgs().add_tensor(one(chain), TensorArgType::InOut));
-        orch.submit_sub(add, TaskArgs().add_tensor(one(flat[static_cast<std::size_t>(i)]),
+        orch.submit_sub(add, TaskArgs().add_tensor(cell(chain), TensorArgType::InOut));
+        orch.submit_sub(add, TaskArgs().add_tensor(cell(flat[static_cast<std::size_t>(i)]),
                                                    TensorArgType::InOut));
         if (pauses && rng() % 4 == 0) std::this_thread::sleep_for(200us);
       }
       orch.submit_sub_group(add,
-                            {TaskArgs().add_tensor(one(grouped[0]), TensorArgType::InOut),
-                             TaskArgs().add_tensor(one(grouped[1]), TensorArgType::InOut)},
+                            {TaskArgs().add_tensor(cell(grouped[0]), TensorArgType::InOut),
+                             TaskArgs().add_tensor(cell(grouped[1]), TensorArgType::InOut)},
                             {0, 1});
     });
     REQUIRE(chain == kChain);

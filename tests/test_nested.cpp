@@ -35,7 +35,7 @@ bool exited(pid_t pid) {
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
 
-std::vector<pid_t> children_of(pid_t parent) {
+std::vector<pid_t> child_pids(pid_t parent) {
   std::vector<pid_t> out;
   DIR* d = ::opendir("/proc");
   while (dirent* e = ::readdir(d)) {
@@ -57,7 +57,7 @@ std::vector<pid_t> children_of(pid_t parent) {
 
 /// Children of this process, zombies included (a reaped child is gone from /proc).
 int child_count() {
-  return static_cast<int>(children_of(::getpid()).size());
+  return static_cast<int>(child_pids(::getpid()).size());
 }
 
 /// The shared ("rw-s") mappings of process `pid`, one per line of its maps file (not merged), as
@@ -267,7 +267,7 @@ TEST_CASE("killing the top process takes its whole tree of children with it",
   REQUIRE(::read(fds[0], &l3, sizeof l3) == sizeof l3);
   ::close(fds[0]);
   REQUIRE(l3 > 0);
-  std::vector<pid_t> tree = children_of(l3);
+  std::vector<pid_t> tree = child_pids(l3);
   CHECK(tree.size() == 2);  // the L3's sub workers
   // The shared memory of the tree is anonymous (a name in /dev/shm would outlive a SIGKILL):
   // the L3 maps what the top process mapped before forking it (heap rings, its mailbox) plus its

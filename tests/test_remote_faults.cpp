@@ -31,7 +31,7 @@ namespace {
 
 constexpr std::uint64_t kHoldMs = 20'000;  // far past every bound below: only a fault ends it
 
-RemoteServerOptions server_options() {
+RemoteServerOptions faults_server_options() {
   RemoteServerOptions o;
   o.worker.num_sub_workers = 1;  // forked: the session has a child of its own
   o.worker.heap_ring_size = std::size_t{4} << 20;
@@ -218,7 +218,7 @@ bool remotes_alive(Worker& w) {
 TEST_CASE("a remote session killed mid-task fails its task as an endpoint failure",
           "[remote][faults]") {
   Beacon beacon;
-  ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
+  ServerProcess server(faults_server_options(), fault_setup(beacon.write_fd()));
   pid_t session = 0;
   expect_endpoint_failure(
       server, beacon,
@@ -243,7 +243,7 @@ TEST_CASE("a remote session killed mid-task fails its task as an endpoint failur
 TEST_CASE("a remote server killed mid-task fails its task as an endpoint failure",
           "[remote][faults]") {
   Beacon beacon;
-  ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
+  ServerProcess server(faults_server_options(), fault_setup(beacon.write_fd()));
   std::vector<pid_t> tree;
   expect_endpoint_failure(
       server, beacon,
@@ -261,7 +261,7 @@ TEST_CASE("a remote server killed mid-task fails its task as an endpoint failure
 TEST_CASE("a client killed mid-task leaves no session behind and the server serves the next",
           "[remote][faults]") {
   Beacon beacon;
-  ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
+  ServerProcess server(faults_server_options(), fault_setup(beacon.write_fd()));
   // The client in its own process, forked before any Worker exists here.
   ChildProcess client(holding_client(server));
   REQUIRE(beacon.wait());
@@ -282,7 +282,7 @@ TEST_CASE("a client killed mid-task leaves no session behind and the server serv
 TEST_CASE("a client that goes silent is dropped by its session at the heartbeat timeout",
           "[remote][faults]") {
   Beacon beacon;
-  ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
+  ServerProcess server(faults_server_options(), fault_setup(beacon.write_fd()));
   ChildProcess client(holding_client(server));
   REQUIRE(beacon.wait());
   const std::vector<pid_t> tree = descendants_of(server.pid());
@@ -296,7 +296,7 @@ TEST_CASE("a client that goes silent is dropped by its session at the heartbeat 
 TEST_CASE("a remote session that dies between runs is noticed while the parent is idle",
           "[remote][faults]") {
   Beacon beacon;
-  ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
+  ServerProcess server(faults_server_options(), fault_setup(beacon.write_fd()));
   Parent p(server.spec());
   p.w.init();
   CHECK(p.bumped() == 42);
@@ -337,7 +337,7 @@ TEST_CASE("a remote session that dies between runs is noticed while the parent i
 
 TEST_CASE("a remote task past its deadline fails and ends its session", "[remote][faults]") {
   Beacon beacon;
-  ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
+  ServerProcess server(faults_server_options(), fault_setup(beacon.write_fd()));
   Parent p(server.spec());
   p.w.init();
   CallConfig config;
@@ -375,7 +375,7 @@ TEST_CASE("a remote task past its deadline fails and ends its session", "[remote
 TEST_CASE("a stopped remote session fails its running task at the heartbeat timeout",
           "[remote][faults]") {
   Beacon beacon;
-  ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
+  ServerProcess server(faults_server_options(), fault_setup(beacon.write_fd()));
   Parent p(server.spec());  // heartbeat timeout 2 s
   p.w.init();
   struct Continue {
@@ -417,7 +417,7 @@ TEST_CASE("a stopped remote session fails its running task at the heartbeat time
 
 TEST_CASE("a client with the wrong token is refused before a session is forked",
           "[remote][faults][auth]") {
-  RemoteServerOptions options = server_options();
+  RemoteServerOptions options = faults_server_options();
   options.token = "the right token";
   Beacon beacon;
   ServerProcess server(options, fault_setup(beacon.write_fd()));
@@ -434,7 +434,7 @@ TEST_CASE("a client with the wrong token is refused before a session is forked",
 }
 
 TEST_CASE("a server on a non-loopback address needs a token", "[remote][faults][auth]") {
-  RemoteServerOptions options = server_options();
+  RemoteServerOptions options = faults_server_options();
   options.listen = "0.0.0.0:0";
   CHECK_THROWS_MATCHES(RemoteServer(options, fault_setup(-1)), UsageError,
                        WhatContains("without a token"));
@@ -480,7 +480,7 @@ bool authenticate(RawClient& c, const std::string& token) {
 }  // namespace
 
 TEST_CASE("garbage at the server's port is dropped without a session", "[remote][faults][wire]") {
-  RemoteServerOptions options = server_options();
+  RemoteServerOptions options = faults_server_options();
   options.auth_timeout = 300ms;
   options.max_sessions = 2;  // a leaked connection slot would refuse the real client below
   Beacon beacon;
@@ -555,7 +555,7 @@ TEST_CASE("garbage at the server's port is dropped without a session", "[remote]
 TEST_CASE("a bad frame after authentication ends the session, not the server",
           "[remote][faults][wire]") {
   Beacon beacon;
-  ServerProcess server(server_options(), fault_setup(beacon.write_fd()));
+  ServerProcess server(faults_server_options(), fault_setup(beacon.write_fd()));
   RawClient c(server.port());
   REQUIRE(authenticate(c, ""));
   const auto sessions = children_of(server.pid());
@@ -587,7 +587,7 @@ TEST_CASE("a bad frame after authentication ends the session, not the server",
 
 TEST_CASE("a server at its session limit refuses the next client and keeps serving the first",
           "[remote][faults]") {
-  RemoteServerOptions options = server_options();
+  RemoteServerOptions options = faults_server_options();
   options.max_sessions = 1;
   Beacon beacon;
   ServerProcess server(options, fault_setup(beacon.write_fd()));

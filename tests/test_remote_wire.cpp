@@ -68,7 +68,7 @@ Bytes concat(Bytes a, std::span<const std::byte> b) {
   return a;
 }
 
-Bytes pattern(std::size_t n, std::uint8_t seed) {
+Bytes wire_pattern(std::size_t n, std::uint8_t seed) {
   Bytes b(n);
   for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>(seed + 37 * i);
   return b;
@@ -572,7 +572,7 @@ TEST_CASE("a traced COMPLETION round-trips its times, losses and records",
   m.trace.end_ns = 70'000;
   m.trace.tx_ns = 70'001;
   m.trace.lost = 12;
-  m.trace.records = pattern(300, 4);
+  m.trace.records = wire_pattern(300, 4);
   const Bytes b = encoded(m);
   CHECK(b.size() == wire::kCompletionTraceHeadBytes + 300);
   const wire::Completion d = wire::decode_completion(b);
@@ -640,7 +640,7 @@ TEST_CASE("every CONTROL op round-trips, a CopyTo with its bytes", "[remote][rem
     CHECK(std::string_view(wire::to_string(c.m.op)) != "?");
     const Bytes head = encoded(c.m);
     CHECK(head.size() == wire::kControlHeadBytes);
-    const Bytes data = pattern(c.data, 7);
+    const Bytes data = wire_pattern(c.data, 7);
     const Bytes b = concat(head, data);
     const wire::Control d = wire::decode_control(b);
     CHECK(d.op == c.m.op);
@@ -669,7 +669,7 @@ TEST_CASE("a CONTROL_REPLY round-trips, a CopyFrom with its bytes", "[remote][re
     m.answers = 6;
     m.op = ControlOp::CopyFrom;
     m.r0 = 300;
-    cases.emplace_back(m, pattern(300, 1));
+    cases.emplace_back(m, wire_pattern(300, 1));
   }
   {
     wire::ControlReply m;
@@ -775,18 +775,18 @@ TEST_CASE("every truncation of a valid payload is refused, and so is a trailing 
     frames.emplace_back(FrameType::Completion, encoded(m));
     frames.emplace_back(FrameType::Completion, encoded(wire::Completion{}));
     m.traced = true;
-    m.trace = {1, 2, 3, 4, 5, pattern(40, 1)};
+    m.trace = {1, 2, 3, 4, 5, wire_pattern(40, 1)};
     frames.emplace_back(FrameType::Completion, encoded(m));
   }
   frames.emplace_back(FrameType::Control, encoded(wire::Control{}));
   frames.emplace_back(FrameType::Control, encoded(wire::Control{ControlOp::Alloc, 64, 9, 0}));
-  frames.emplace_back(FrameType::Control,
-                      concat(encoded(wire::Control{ControlOp::CopyTo, 1, 0, 5}), pattern(5, 9)));
+  frames.emplace_back(FrameType::Control, concat(encoded(wire::Control{ControlOp::CopyTo, 1, 0, 5}),
+                                                 wire_pattern(5, 9)));
   {
     wire::ControlReply m;
     m.op = ControlOp::CopyFrom;
     m.r0 = 6;
-    frames.emplace_back(FrameType::ControlReply, concat(encoded(m), pattern(6, 3)));
+    frames.emplace_back(FrameType::ControlReply, concat(encoded(m), wire_pattern(6, 3)));
     m.status = Status::Failed;
     m.kind = ErrorKind::Remote;
     m.message = "no such buffer";
@@ -819,7 +819,8 @@ TEST_CASE("errors name the frame and the field that was cut short or left over",
   CHECK_THROWS_MATCHES(wire::decode_payload(FrameType::AuthProof, with_tail(b, {})), ProtocolError,
                        WhatContains("AUTH_PROOF payload: end: 8 trailing bytes"));
 
-  const Bytes copy_to = concat(encoded(wire::Control{ControlOp::CopyTo, 1, 0, 5}), pattern(5, 0));
+  const Bytes copy_to =
+      concat(encoded(wire::Control{ControlOp::CopyTo, 1, 0, 5}), wire_pattern(5, 0));
   CHECK_THROWS_MATCHES(wire::decode_control(std::span<const std::byte>(copy_to).first(36)),
                        ProtocolError, WhatContains("n: says 5 bytes follow, the frame carries 4"));
   CHECK_THROWS_MATCHES(wire::decode_control(with_tail(copy_to, {0})), ProtocolError,
@@ -831,7 +832,7 @@ TEST_CASE("errors name the frame and the field that was cut short or left over",
   r.op = ControlOp::CopyFrom;
   r.r0 = 4;
   std::size_t head = 0;
-  CHECK_THROWS_MATCHES(wire::decode_control_reply(concat(encoded(r), pattern(3, 0)), head),
+  CHECK_THROWS_MATCHES(wire::decode_control_reply(concat(encoded(r), wire_pattern(3, 0)), head),
                        ProtocolError, WhatContains("r0: says 4 bytes follow, the frame carries 3"));
   r.op = ControlOp::Alloc;
   CHECK_THROWS_MATCHES(wire::decode_control_reply(with_tail(encoded(r), {0}), head), ProtocolError,
@@ -1180,7 +1181,7 @@ TEST_CASE("a CONTROL decodes from its head and the payload's length, before its 
   CHECK(d.b == 4096);
   CHECK(d.n == 100);
   // Some of the data may be there already: only the head is read.
-  const Bytes more = concat(head, pattern(10, 3));
+  const Bytes more = concat(head, wire_pattern(10, 3));
   CHECK(wire::decode_control_head(more, wire::kControlHeadBytes + 100).n == 100);
 
   // The announced length must be the head and exactly n bytes.
@@ -1225,7 +1226,8 @@ TEST_CASE("a CONTROL_REPLY decodes from its head and the payload's length, befor
   CHECK(d.r0 == 300);
   // Part of the data in the prefix changes nothing.
   head_bytes = 0;
-  CHECK(wire::decode_control_reply_head(concat(head, pattern(20, 1)), head.size() + 300, head_bytes)
+  CHECK(wire::decode_control_reply_head(concat(head, wire_pattern(20, 1)), head.size() + 300,
+                                        head_bytes)
             .r0 == 300);
   CHECK(head_bytes == head.size());
 
