@@ -27,7 +27,7 @@ constexpr std::int64_t kRankSkew = 3'600'000'000'000;
 /// Slack for where a rank's event may land against its task's slice (the clock-sync error over
 /// loopback TCP; milliseconds under sanitizers).
 constexpr double kSlackUs = 50'000;
-constexpr std::uint32_t kN = 256;  ///< floats per tensor
+constexpr std::uint32_t kTraceN = 256;  ///< floats per tensor
 
 }  // namespace
 
@@ -60,17 +60,17 @@ TEST_CASE("a traced run over MPI ranks shows their L3s, subs and chips inside th
   });
   for (std::size_t r = 0; r < 2; ++r) REQUIRE(read_word(w, words[r]) == kRankSkew);
 
-  // Per rank: a, b, f, y, z of kN floats. f = vector(a, b) on the chip; y += 3 f then z += 1 f on
-  // the forked subs (both read f; y and z are independent: two TASKs in flight at once).
-  const std::size_t bytes = std::size_t{kN} * sizeof(float);
+  // Per rank: a, b, f, y, z of kTraceN floats. f = vector(a, b) on the chip; y += 3 f then z += 1 f
+  // on the forked subs (both read f; y and z are independent: two TASKs in flight at once).
+  const std::size_t bytes = std::size_t{kTraceN} * sizeof(float);
   std::vector<RemoteBuffer> buf;
   for (const WorkerId r : ranks) {
     buf.push_back(w.remote_alloc(r, 5 * bytes));
-    const std::vector<float> zeros(5 * kN, 0.0F);
+    const std::vector<float> zeros(5 * kTraceN, 0.0F);
     w.copy_to_remote(buf.back(), 0, zeros.data(), 5 * bytes);
   }
   auto t = [&](std::size_t r, std::uint32_t slot) {
-    return buf[r].tensor(slot * bytes, {kN}, DataType::Float32);
+    return buf[r].tensor(slot * bytes, {kTraceN}, DataType::Float32);
   };
   TempDir dir;
   std::array<std::vector<long long>, 2> tasks_of_rank;  // L4 task ids, submission order from 1
@@ -98,13 +98,14 @@ TEST_CASE("a traced run over MPI ranks shows their L3s, subs and chips inside th
 
   // The results: f = (0 + 0 + 1)(0 + 0 + 2) + 0 = 2, y = 6, z = 2.
   for (std::size_t r = 0; r < 2; ++r) {
-    std::vector<float> got(5 * kN);
+    std::vector<float> got(5 * kTraceN);
     w.copy_from_remote(buf[r], 0, got.data(), 5 * bytes);
-    CHECK(std::vector<float>(got.begin() + 2 * kN, got.begin() + 3 * kN) ==
-          std::vector<float>(kN, 2.0F));
-    CHECK(std::vector<float>(got.begin() + 3 * kN, got.begin() + 4 * kN) ==
-          std::vector<float>(kN, 6.0F));
-    CHECK(std::vector<float>(got.begin() + 4 * kN, got.end()) == std::vector<float>(kN, 2.0F));
+    CHECK(std::vector<float>(got.begin() + 2 * kTraceN, got.begin() + 3 * kTraceN) ==
+          std::vector<float>(kTraceN, 2.0F));
+    CHECK(std::vector<float>(got.begin() + 3 * kTraceN, got.begin() + 4 * kTraceN) ==
+          std::vector<float>(kTraceN, 6.0F));
+    CHECK(std::vector<float>(got.begin() + 4 * kTraceN, got.end()) ==
+          std::vector<float>(kTraceN, 2.0F));
   }
 
   const TraceIndex tr(read_text(dir.file("trace.json")));
