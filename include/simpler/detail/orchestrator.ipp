@@ -716,13 +716,16 @@ inline void OrchestratorBase::publish(Slot& s) {
 }
 
 // An awake scheduler thread takes what was published (it is polling, or in a pass and looks again
-// after it). An asleep one is not woken: the Orchestrator dispatches the task itself, in a
-// scheduler pass on this thread, which costs less than a wake-up (a syscall here and a sleeping
-// thread's start there). Not always: while tasks stream in, a scheduler thread that is awake
-// anyway dispatches in parallel with the orchestration, which is then the slower side.
+// after it). An asleep one is not woken while few tasks are alive (a short run, a nested run):
+// the Orchestrator dispatches the task itself, in a scheduler pass on this thread, which costs
+// less than a wake-up (a syscall here and a sleeping thread's start there). With more alive,
+// tasks are streaming in and the scheduler thread is woken to dispatch in parallel with the
+// orchestration, which is then the slower side (dispatching every such task here measured
+// bench_engine's a1 row, 100k tasks with an output each, at 1190 -> 2004 and 1359 -> 1907
+// ns/task in two A/B pairs on a noisy machine).
 inline void OrchestratorBase::dispatch_published() noexcept {
   if (!core_.sched_wake.has_waiters()) return;
-  if (core_.driver != nullptr) {
+  if (core_.driver != nullptr && core_.pool.live() <= kFenceFewTasks) {
     core_.driver->try_pass();
   } else {
     core_.notify_scheduler();
