@@ -150,6 +150,10 @@ class OrchestratorBase {
     trace_next_ = 0;
   }
 
+  /// At most this many tasks alive: a task published into a sleeping scheduler is dispatched on
+  /// the Orchestrator's thread (dispatch_published) instead of waking the scheduler thread.
+  static constexpr std::uint32_t kInlineDispatchLive = 8;
+
  private:
   SubmitResult submit(detail::Role role, const CallableHandle& callable,
                       std::span<const TaskArgs> members, const CallConfig& config,
@@ -251,9 +255,6 @@ class OrchestratorBase {
   static constexpr std::size_t kFrameCompactMin = 1024;
   /// How often a submit waiting for a quarter of the task window looks for any free slot.
   static constexpr std::chrono::milliseconds kWindowTick{10};
-  /// At most this many tasks alive: the run's fence wakes on each retirement, not only when the
-  /// scheduler goes idle.
-  static constexpr std::uint32_t kFenceFewTasks = 8;
   std::array<std::size_t, kMaxScopeDepth> frame_compact_at_{};
   /// Per heap ring, its next allocation sequence when the outermost scope still open that uses
   /// it began: a live allocation at or past it can only come back when that scope ends.

@@ -72,6 +72,11 @@ class Scheduler {
     std::apply([this](auto&... pool) { (keep_lost(pool), ...); }, pools_);
   }
 
+  /// Whether the scheduler thread is asleep, or about to sleep, waiting for work: then a task the
+  /// Orchestrator publishes while few are alive is dispatched on the Orchestrator's thread
+  /// (docs/engine.md, "The Orchestrator runs passes"). Diagnostics and tests; any thread.
+  [[nodiscard]] bool asleep() const noexcept { return core_.sched_wake.has_waiters(); }
+
   /// Lanes abandoned at a deadline whose threads were detached at stop().
   [[nodiscard]] std::size_t lost_lanes() const noexcept { return lost_; }
 

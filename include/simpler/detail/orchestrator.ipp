@@ -725,7 +725,7 @@ inline void OrchestratorBase::publish(Slot& s) {
 // ns/task in two A/B pairs on a noisy machine).
 inline void OrchestratorBase::dispatch_published() noexcept {
   if (!core_.sched_wake.has_waiters()) return;
-  if (core_.driver != nullptr && core_.pool.live() <= kFenceFewTasks) {
+  if (core_.driver != nullptr && core_.pool.live() <= kInlineDispatchLive) {
     core_.driver->try_pass();
   } else {
     core_.notify_scheduler();
@@ -1078,11 +1078,8 @@ inline int OrchestratorBase::finish_run() noexcept {
   }
   // The run's fence: every task it submitted has finished and released its last reference.
   // Sleep until the scheduler is idle with nothing left in its inbox (then every published task
-  // has finished: a task still waiting would need a running producer), then collect. With only
-  // a few tasks left, their retirements end the wait too: the last one is seen while spinning,
-  // one hand-off after the task ends rather than two (through the scheduler). Not with many:
-  // spinning once per retirement would take the cores the workers need. A traced run also waits
-  // for the scheduler to go idle: its last pass may still be recording events.
+  // has finished: a task still waiting would need a running producer), then collect. A traced
+  // run also waits for the scheduler to go idle: its last pass may still be recording events.
   //
   // While it spins it also does the scheduler's passes (orch_polling): the lanes' completions
   // are collected here, and the scheduler thread is not woken for them. It stops polling before
@@ -1099,10 +1096,7 @@ inline int OrchestratorBase::finish_run() noexcept {
   for (;;) {
     drain_retired();
     if (done()) break;
-    const bool few = !traced && !drives && core_.pool.live() <= kFenceFewTasks;
-    const auto settled = [this, few] {
-      return (few && !core_.retire_inbox.empty()) || workers_idle();
-    };
+    const auto settled = [this] { return workers_idle(); };
     bool ok = false;
     if (drives) {
       core_.orch_polling.store(true, std::memory_order_seq_cst);
