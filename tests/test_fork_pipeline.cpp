@@ -247,6 +247,64 @@ TEST_CASE("many tasks over forked children all run exactly once", "[fork-shm][pi
   CHECK_NOTHROW(w.close());
 }
 
+TEST_CASE("a task posted while a forked child runs an earlier one is sent before that one ends",
+          "[fork-shm][pipeline]") {
+  // The lane waits for the child's answer and for the scheduler's next post at once
+  // (AwaitsAnswerOr): the second task goes out while the first still runs, so the child finds
+  // it as soon as it finishes. A lane that only sent it after receiving the first answer would
+  // leave tasks_sent() one short until the gate opens. (The scheduler tops a lane up to two
+  // shared tasks: kAnyDepth.)
+  SharedArena arena;
+  auto& release = arena.one<std::atomic<bool>>(false);
+  auto& ran = arena.one<std::atomic<int>>(0);
+  Worker w(process_options_for_pipeline(1));
+  auto gated = w.register_sub("gated", [&release, &ran](TaskArgsView) {
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!release.load(std::memory_order_seq_cst)) {
+      if (std::chrono::steady_clock::now() > limit)
+        throw std::runtime_error("the gate was never opened");
+      std::this_thread::yield();
+    }
+    ran.fetch_add(1, std::memory_order_seq_cst);
+  });
+  auto quick = w.register_sub(
+      "quick", [&ran](TaskArgsView) { ran.fetch_add(1, std::memory_order_seq_cst); });
+  w.init();
+  const auto tasks_sent = [&w] {
+    std::uint32_t n = 0;
+    w.scheduler().for_each_lane([&](auto& lane) {
+      if constexpr (requires { lane.endpoint().tasks_sent(); }) n += lane.endpoint().tasks_sent();
+    });
+    return n;
+  };
+  for (int round = 0; round < 3; ++round) {
+    release.store(false, std::memory_order_seq_cst);
+    ran.store(0, std::memory_order_seq_cst);
+    const std::uint32_t before = tasks_sent();
+    std::uint32_t seen = 0;
+    std::uint32_t first = 0;
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      const auto sent_reaches = [&](std::uint32_t n) {
+        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (tasks_sent() - before < n && std::chrono::steady_clock::now() < limit) {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        return tasks_sent() - before;
+      };
+      o.submit_sub(gated);
+      first = sent_reaches(1);  // the lane sent it and now waits for its answer
+      o.submit_sub(quick);
+      seen = sent_reaches(2);
+      release.store(true, std::memory_order_seq_cst);  // ends the run either way
+    });
+    INFO("round " << round);
+    CHECK(first == 1);
+    CHECK(seen == 2);  // the second went out while the first one ran
+    CHECK(ran.load() == 2);
+  }
+  CHECK_NOTHROW(w.close());
+}
+
 TEST_CASE("a Worker whose forked child dies with tasks in flight fails the run without hanging",
           "[fork-shm][pipeline][failure]") {
   SharedArena arena;

@@ -158,6 +158,9 @@ class WorkerThread : public detail::LaneCore {
     std::array<LeafRequest, kDepth> requests{};
     std::array<std::int64_t, kDepth> trace_t0{};  // a traced task: when it was handed over
     std::array<detail::TraceReply, kDepth> trace_replies{};  // and what its endpoint said of it
+    if constexpr (AwaitsAnswerOr<Endpoint>) {
+      also_wake.store(&endpoint_.answer_event(), std::memory_order_seq_cst);
+    }
     for (;;) {
       if (sent == taken) {
         auto wait = std::chrono::milliseconds(1000);
@@ -207,6 +210,14 @@ class WorkerThread : public detail::LaneCore {
       Result& out = results[taken % kDepth];
       detail::Slot& s = core_.pool.at(ring[taken % kDepth].slot);
       if (in_flight[taken % kDepth]) {
+        if constexpr (AwaitsAnswerOr<Endpoint>) {
+          // While the child runs it, send what the scheduler posts meanwhile (it notifies the
+          // event this sleeps on): the child then finds the next task when it finishes this one.
+          const auto more = [&] {
+            return sent - taken < window && posted.load(std::memory_order_seq_cst) != sent;
+          };
+          if (!endpoint_.await_answer_or(more)) continue;
+        }
         const LeafRequest& r = requests[taken % kDepth];
         out.outcome = endpoint_.receive(out.fault);
         if (r.trace != nullptr) [[unlikely]] {

@@ -92,6 +92,11 @@ struct LaneCore {
   /// The lane thread sleeps here. The scheduler reads it right after publishing `posted`, and
   /// the lane writes it only when it runs dry, so it shares the scheduler's lines.
   EventCount wake;
+  /// A lane whose endpoint AwaitsAnswerOr sleeps on the endpoint's answer event, not on `wake`,
+  /// while tasks are in flight: the scheduler notifies this one too after publishing `posted`
+  /// (seq_cst on both sides, as with `wake`), so a post ends that wait. Set by the lane thread
+  /// when it starts (the event never moves); null for other lanes. No waiter there costs one load.
+  std::atomic<EventCount*> also_wake{nullptr};
 
   // ---- Rarely written, read by both sides.
   alignas(kCacheLine) std::atomic<bool> stopping{false};

@@ -398,6 +398,7 @@ inline void SchedulerCore::publish_posts() {
     l->stat_posted.add(l->staged - l->posted.load(std::memory_order_relaxed));
     l->posted.store(l->staged, std::memory_order_seq_cst);  // publishes the ring entries
     l->wake.notify_all();
+    if (EventCount* also = l->also_wake.load(std::memory_order_seq_cst)) also->notify_all();
   }
   touched_.clear();
 }

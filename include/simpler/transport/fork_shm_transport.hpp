@@ -238,6 +238,23 @@ struct ForkShmTransport {
       return true;
     }
 
+    /// Waits until receive() would not wait (true: the oldest task in flight was answered, or the
+    /// child died or was killed at that task's deadline) or until `more()` holds (false: the
+    /// lane has a task to send first). True at once with nothing in flight (AwaitsAnswerOr).
+    template <class More>
+    bool await_answer_or(More&& more) noexcept {
+      if (received_ == sent_ || pid_ < 0 || answered(received_)) return true;
+      const Wait w = wait_answered(received_, more);
+      return w != Wait::Answered || answered(received_);
+    }
+    /// The event await_answer_or sleeps on: the child notifies it when it answers the task the
+    /// lane waits for, the lane's poster when it posts more (LaneCore::also_wake).
+    [[nodiscard]] detail::EventCount& answer_event() noexcept { return box_->to_parent; }
+    /// Tasks handed to the child so far (diagnostics and tests; any thread).
+    [[nodiscard]] std::uint32_t tasks_sent() const noexcept {
+      return box_ != nullptr ? box_->sent.load(std::memory_order_seq_cst) : 0;
+    }
+
     /// Waits for the oldest task in flight and says how it ended (Pipelines): in the order the
     /// tasks were sent. A task the child answered keeps its answer even when the child died
     /// afterwards; one it did not answer ends with EndpointFailure (the child died while running
@@ -392,11 +409,17 @@ struct ForkShmTransport {
     }
 
     /// The wait for task `seq` (the oldest unanswered one) by its own deadline; see wait_until.
-    /// The child wakes us only for the task in `wanted`, so that is published first.
+    /// The child wakes us only for the task in `wanted`, so that is published first. It also
+    /// ends, as Answered, when `more()` holds (await_answer_or).
     Wait wait_answered(std::uint32_t seq) noexcept {
+      return wait_answered(seq, [] { return false; });
+    }
+    template <class More>
+    Wait wait_answered(std::uint32_t seq, More&& more) noexcept {
       box_->wanted.store(seq, std::memory_order_seq_cst);
-      const Wait w = wait_until([&] { return answered(seq); }, pending_[seq % kWindow].deadline,
-                                "was killed when its task passed its deadline");
+      const Wait w =
+          wait_until([&] { return answered(seq) || more(); }, pending_[seq % kWindow].deadline,
+                     "was killed when its task passed its deadline");
       if (w == Wait::TimedOut) {
         killed_seq_ = seq;
         killed_at_deadline_ = true;

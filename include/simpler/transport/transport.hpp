@@ -15,6 +15,7 @@
 
 #include "simpler/options.hpp"
 
+#include "simpler/detail/event_count.hpp"
 #include "simpler/error.hpp"
 #include "simpler/leaf/leaf.hpp"
 #include "simpler/remote/remote.hpp"
@@ -112,6 +113,21 @@ concept Pipelines = requires(E& e, const E& ce, const LeafRequest& r, Outcome& o
   noexcept->std::same_as<bool>;
   { e.receive(f) }
   noexcept->std::same_as<Outcome>;
+};
+
+/// Optional, with Pipelines: the lane can wait for the oldest outcome *or* for more work to
+/// send. await_answer_or(more) returns true once receive() would not wait (the oldest task was
+/// answered, or its child died or was killed at its deadline: receive() says which), false as
+/// soon as `more()` holds; it sleeps on answer_event(), which whoever makes `more()` true
+/// notifies (the scheduler, through LaneCore::also_wake). So a task posted while the child runs
+/// an earlier one goes out at once, and the child finds it when it finishes, instead of the lane
+/// sending it only after it received the earlier answer.
+template <class E>
+concept AwaitsAnswerOr = requires(E& e, bool (*more)()) {
+  { e.await_answer_or(more) }
+  noexcept->std::same_as<bool>;
+  { e.answer_event() }
+  noexcept->std::same_as<detail::EventCount&>;
 };
 
 /// Optional: has work to do while its lane is idle (heartbeats): the idle lane wakes every
