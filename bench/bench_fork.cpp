@@ -15,6 +15,9 @@
 // Target (issue): mailbox within 1.5x of shm_futex; PERFORMANCE.md e: p50 <= 0.5 us or <= 1.2x
 // the pipe round trip, and a 1-task run() <= 1 us.
 //
+// Scenario w (throughput with work): as t, with tasks that compute for kWorkUs each, over 1 and
+// 2 forked and thread children; see scenario_work.
+//
 // Scenario d (failure detection): see scenario_detection.
 //
 // Scenario t (throughput): N independent empty tasks (100k; 2k with --tiny) in one Worker::run,
@@ -56,6 +59,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -80,7 +84,17 @@ struct Sizes {
   int samples = 2'000;            ///< timed round trips per latency repetition
   std::uint32_t tasks = 100'000;  ///< tasks per throughput run
   std::uint32_t scope_chunk = 16'384;
+  std::uint32_t work_tasks = 2'000;  ///< tasks per run of scenario w
 };
+
+/// What a task of scenario w computes: a spin on the steady clock for this long.
+constexpr int kWorkUs = 100;
+
+void spin_for_us(int us) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
 
 Sizes sizes_for(const sb::Options& o) {
   Sizes s;
@@ -88,6 +102,7 @@ Sizes sizes_for(const sb::Options& o) {
     s.samples = 200;
     s.tasks = 2'000;
     s.scope_chunk = 512;  // still several scopes
+    s.work_tasks = 100;
   }
   return s;
 }
@@ -524,6 +539,7 @@ class EngineWorker {
     empty_ = w_.register_sub("empty", [](TaskArgsView) {});
     count_ = w_.register_sub(
         "count", [counter](TaskArgsView) { counter->n.fetch_add(1, std::memory_order_relaxed); });
+    busy_ = w_.register_sub("busy", [](TaskArgsView) { spin_for_us(kWorkUs); });
     one_empty_ = [this](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(empty_); };
     if (mode == ChildMode::Process) {
       require_single_threaded(fmt::format("Worker::init with {} forked sub worker(s)", subs));
@@ -567,6 +583,7 @@ class EngineWorker {
   }
 
   [[nodiscard]] const CallableHandle& empty() const noexcept { return empty_; }
+  [[nodiscard]] const CallableHandle& busy() const noexcept { return busy_; }
   [[nodiscard]] ChildMode mode() const noexcept { return mode_; }
   void close() { w_.close(); }
 
@@ -575,6 +592,7 @@ class EngineWorker {
   simpler::Worker w_;
   SharedCounter* counter_;
   CallableHandle empty_;
+  CallableHandle busy_;
   CallableHandle count_;
   simpler::Worker::OrchFunction one_empty_;
 };
@@ -762,23 +780,38 @@ void scenario_nesting(sb::Report& rep, const Sizes& sz, SharedCounter* counter) 
   }
 }
 
+/// `tasks` tasks per timed run: empty ones, or (busy) kWorkUs of computation each.
 sb::Contender throughput_contender(ChildMode mode, int subs, const Sizes& sz,
-                                   SharedCounter* counter) {
+                                   SharedCounter* counter, std::uint32_t tasks, bool busy) {
   std::string name = fmt::format("{}_{}", mode_name(mode), subs);
   return {name,
-          [mode, subs, &sz, counter, name] {
+          [mode, subs, &sz, counter, name, tasks, busy] {
             // A fresh Worker per repetition: only one Worker (and so one set of engine threads)
             // exists at a time, and a process Worker forks its children single-threaded.
             EngineWorker e(mode, subs, counter);
             // The verification run has the timed run's full size: it also grows the Worker's slot
             // pool to what the timed run needs, so the timed run measures a warm Worker.
-            e.verify(1, sz.tasks, sz.scope_chunk, name);
-            const double ns = sb::time_ns([&] { e.run_many(e.empty(), sz.tasks, sz.scope_chunk); });
+            e.verify(1, tasks, sz.scope_chunk, name);
+            const CallableHandle& h = busy ? e.busy() : e.empty();
+            const double ns = sb::time_ns([&] { e.run_many(h, tasks, sz.scope_chunk); });
             e.check_retired(name);
             e.close();
             return ns;
           },
-          static_cast<double>(sz.tasks)};
+          static_cast<double>(tasks)};
+}
+
+/// Adds "rate <more>/<base>" ratios: how much faster the work goes with more children.
+void rate_ratios(sb::Report& rep, const std::string& sc, const char* base,
+                 std::initializer_list<const char*> more) {
+  for (const char* m : more) {
+    const sb::Row* a = rep.find(sc, base);
+    const sb::Row* b = rep.find(sc, m);
+    if (a != nullptr && b != nullptr && b->stats.median > 0) {
+      rep.ratio_value(sc, fmt::format("rate {}/{}", m, base), a->stats.median / b->stats.median,
+                      std::min(a->stats.reps, b->stats.reps));
+    }
+  }
 }
 
 void scenario_throughput(sb::Report& rep, const Sizes& sz, SharedCounter* counter) {
@@ -788,10 +821,10 @@ void scenario_throughput(sb::Report& rep, const Sizes& sz, SharedCounter* counte
       count_label(sz.tasks), sz.scope_chunk));
   rep.note("a fresh Worker per repetition; init and a verification run are not timed");
   std::vector<sb::Contender> cs{
-      throughput_contender(ChildMode::Process, 1, sz, counter),
-      throughput_contender(ChildMode::Process, 2, sz, counter),
-      throughput_contender(ChildMode::Process, 4, sz, counter),
-      throughput_contender(ChildMode::Thread, 2, sz, counter),
+      throughput_contender(ChildMode::Process, 1, sz, counter, sz.tasks, false),
+      throughput_contender(ChildMode::Process, 2, sz, counter, sz.tasks, false),
+      throughput_contender(ChildMode::Process, 4, sz, counter, sz.tasks, false),
+      throughput_contender(ChildMode::Thread, 2, sz, counter, sz.tasks, false),
   };
   sb::run_scenario(rep, sc, "ns/task", cs);
   rep.ratio(sc, "process_2", "thread_2");
@@ -799,14 +832,7 @@ void scenario_throughput(sb::Report& rep, const Sizes& sz, SharedCounter* counte
   rep.ratio(sc, "process_4", "process_2");
   // Rates (tasks/s) rather than times: issue 13 asks 2 children >= 1.6x the rate of 1.
   rep.note("target (issue 13): rate process_2/process_1 >= 1.6");
-  for (const char* more : {"process_2", "process_4"}) {
-    const sb::Row* a = rep.find(sc, "process_1");
-    const sb::Row* b = rep.find(sc, more);
-    if (a != nullptr && b != nullptr && b->stats.median > 0) {
-      rep.ratio_value(sc, fmt::format("rate {}/process_1", more), a->stats.median / b->stats.median,
-                      std::min(a->stats.reps, b->stats.reps));
-    }
-  }
+  rate_ratios(rep, sc, "process_1", {"process_2", "process_4"});
   // How much of the mailbox round trip one forked child's pipeline hides.
   const sb::Row* one = rep.find(sc, "process_1");
   const sb::Row* mb = rep.find("e_roundtrip_p50", "mailbox");
@@ -814,6 +840,28 @@ void scenario_throughput(sb::Report& rep, const Sizes& sz, SharedCounter* counte
     rep.ratio_value(sc, "process_1/mailbox_p50", one->stats.median / (mb->stats.median * 1000.0),
                     std::min(one->stats.reps, mb->stats.reps));
   }
+}
+
+// Scenario w (throughput with work): like t, but every task computes for kWorkUs (a spin on the
+// clock), so children have something to overlap: the rate should grow with children up to the
+// cores. A child that idles between tasks (its next task not yet sent) shows here.
+void scenario_work(sb::Report& rep, const Sizes& sz, SharedCounter* counter) {
+  const std::string sc = fmt::format("w_work{}us_{}", kWorkUs, count_label(sz.work_tasks));
+  rep.section(fmt::format("w: {} independent tasks of {} us each in one run (ns/task)",
+                          count_label(sz.work_tasks), kWorkUs));
+  rep.note(fmt::format("ideal on 2 cores: {} ns/task with 1 child, {} with 2 (no overhead)",
+                       kWorkUs * 1000, kWorkUs * 500));
+  std::vector<sb::Contender> cs{
+      throughput_contender(ChildMode::Process, 1, sz, counter, sz.work_tasks, true),
+      throughput_contender(ChildMode::Process, 2, sz, counter, sz.work_tasks, true),
+      throughput_contender(ChildMode::Thread, 1, sz, counter, sz.work_tasks, true),
+      throughput_contender(ChildMode::Thread, 2, sz, counter, sz.work_tasks, true),
+  };
+  sb::run_scenario(rep, sc, "ns/task", cs);
+  rep.ratio(sc, "process_1", "thread_1");
+  rep.ratio(sc, "process_2", "thread_2");
+  rate_ratios(rep, sc, "process_1", {"process_2"});
+  rate_ratios(rep, sc, "thread_1", {"thread_2"});
 }
 
 // Scenario d (failure detection): how long a run takes to fail after its child stops answering.
@@ -934,6 +982,12 @@ int run(int argc, char** argv) {
     rep.note(cpu.describe());
   }
   require_single_threaded("after scenario t");
+  {
+    const ForeignCpu cpu;
+    scenario_work(rep, sz, counter.get());
+    rep.note(cpu.describe());
+  }
+  require_single_threaded("after scenario w");
   {
     const ForeignCpu cpu;
     scenario_nesting(rep, sz, counter.get());
