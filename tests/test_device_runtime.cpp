@@ -470,6 +470,71 @@ TEST_CASE("consecutive runs on parked device threads each give the right results
   CHECK(d.stats().runs == 150);
 }
 
+TEST_CASE("a run returns on its last completion; the next call waits for the device threads",
+          "[device][run-on][early-return]") {
+  Device d;
+  // One-task runs back to back: the host usually sees the last completion before every
+  // scheduler has left the run. Bounded: without the early return none would ever count.
+  std::uint64_t runs = 0;
+  while (d.stats().early_returns == 0 && runs < 3000) {
+    d.data.fill(0);
+    REQUIRE(d.run(kChain, 1) == SIMPLER_OK);
+    REQUIRE(d.data[0] == 1);
+    ++runs;
+  }
+  REQUIRE(d.stats().early_returns > 0);
+
+  SECTION("whatever the host calls next after such a run sees the run's effects, and works") {
+    for (int i = 0; i < 60; ++i) {
+      INFO("round " << i);
+      d.data.fill(0);
+      REQUIRE(d.run(kChain, 1) == SIMPLER_OK);
+      switch (i % 3) {
+        case 0:  // register and run another callable at once
+          REQUIRE(d.data[0] == 1);
+          REQUIRE(d.register_at(1) == SIMPLER_OK);
+          d.data.fill(0);
+          REQUIRE(d.run(kChain, 2, nullptr, 1) == SIMPLER_OK);
+          REQUIRE(d.data[0] == 2);
+          REQUIRE(d.api.unregister_callable(d.ctx, 1) == SIMPLER_OK);
+          break;
+        case 1:  // a new ring sizing: the next run rebuilds the arena the threads just used
+          if (i % 2 == 1) {
+            const auto cfg = small_rings(64, 1 << 16);
+            d.data.fill(0);
+            REQUIRE(d.run(kChain, 5, &cfg) == SIMPLER_OK);
+            REQUIRE(d.data[0] == 5);
+          } else {
+            REQUIRE(d.run(kIndependent, 100) == SIMPLER_OK);
+          }
+          break;
+        default:
+          REQUIRE(d.data[0] == 1);
+          break;
+      }
+    }
+    d.check_usable();
+    const auto s = d.stats();
+    CHECK(s.early_returns <= s.runs);
+  }
+  SECTION("a run that fails waits for every device thread") {
+    const std::uint64_t before = d.stats().early_returns;
+    for (int i = 0; i < 20; ++i) {
+      REQUIRE(d.run(kChainFailsMidway, 3) == SIMPLER_ERR_KERNEL_FAILED);
+    }
+    CHECK(d.stats().early_returns == before);
+    d.check_usable();
+  }
+  SECTION("a run recording a trace waits for every device thread") {
+    simpler_run_config cfg{};
+    cfg.struct_size = sizeof cfg;
+    cfg.swimlane = 1;
+    const std::uint64_t before = d.stats().early_returns;
+    for (int i = 0; i < 50; ++i) REQUIRE(d.run(kChain, 1, &cfg) == SIMPLER_OK);
+    CHECK(d.stats().early_returns == before);
+  }
+}
+
 TEST_CASE("a core running on stops at a failed task, and the next run is clean",
           "[device][run-on][failure]") {
   Device d;

@@ -128,6 +128,7 @@ int Context::init(std::int32_t id, const simpler_init_options* opts) {
 
 int Context::finalize() {
   if (life.finalised) return SIMPLER_OK;
+  drain();
   if (!life.initialised) {
     life.finalised = true;
     return SIMPLER_OK;
@@ -321,6 +322,7 @@ int load_kernels(Context& ctx, const simpler_chip_callable_desc& d, Callable& c)
 }  // namespace
 
 int Context::register_callable(std::int32_t id, const simpler_chip_callable_desc* d) {
+  drain();
   if (const int rc = check_can_register(*this, id); rc != SIMPLER_OK) return rc;
   if (const int rc = check_callable_desc(*this, d); rc != SIMPLER_OK) return rc;
   Callable c;
@@ -336,6 +338,7 @@ int Context::register_callable(std::int32_t id, const simpler_chip_callable_desc
 }
 
 int Context::unregister_callable(std::int32_t id) {
+  drain();
   if (!life.initialised) return fail(SIMPLER_ERR_NOT_INITIALISED, "call simpler_init first");
   if (life.phase != Phase::Idle) {
     return fail(SIMPLER_ERR_RUN_ACTIVE, "cannot unregister a callable while a run is in progress");
@@ -501,6 +504,7 @@ int resolve_run_config(Context& ctx, const simpler_run_config* cfg, int& threads
 
 int Context::prepare_run(std::int32_t id, const simpler_task_args* args,
                          const simpler_run_config* cfg) {
+  drain();
   if (const int rc = check_can_prepare(*this); rc != SIMPLER_OK) return rc;
   if (const int rc = check_registered(*this, id); rc != SIMPLER_OK) return rc;
   const std::int32_t tc = args != nullptr ? args->tensor_count : 0;
@@ -576,8 +580,22 @@ int Context::wait_run() {
     return fail(SIMPLER_ERR_NO_RUN, "wait_run needs a launched run (prepare_run, launch_run)");
   }
   constexpr std::uint32_t kThreads = kMaxAicpuThreads;  // the orchestrator + every scheduler
-  auto all_done = [this] {
-    return outcome.threads_done.load(std::memory_order_seq_cst) == kThreads;
+  // A run without diagnostics (the schedulers and cores record those after the tasks) has its
+  // result once the orchestration returned and every task completed without an error: return
+  // then, while the device threads still leave the run (drain() waits for them before anything
+  // they read changes). The host's own work after a run (a lane's reply, the caller's next
+  // step) then overlaps the hand-offs from the last core to every scheduler and back, ~5 us on
+  // a one-task run; runs called back to back with nothing in between pay them in the drain.
+  const bool early = run.cores_run_on && !diag.dep_gen;
+  auto all_done = [this, early] {
+    if (outcome.threads_done.load(std::memory_order_seq_cst) == kThreads) return true;
+    // seq_cst, in this order: submitted is final once done is set; every error is latched
+    // before the completion of the task it concerns (retire_lane), and the orchestration's
+    // before done, so a status read after the counts sees every latch they imply.
+    return early && orch.done.load(std::memory_order_seq_cst) != 0 &&
+           sched.completed.load(std::memory_order_seq_cst) ==
+               orch.submitted.load(std::memory_order_seq_cst) &&
+           outcome.status.load(std::memory_order_seq_cst) == 0;
   };
   // The watchdog ends every run whose device threads are alive; only an orchestration stuck in
   // its own code can keep the orchestrator thread from finishing. Give it the watchdog period
@@ -597,8 +615,32 @@ int Context::wait_run() {
       break;
     }
   }
+  life.draining = outcome.threads_done.load(std::memory_order_seq_cst) != kThreads;
+  if (life.draining) ++counters.early_returns;
   life.phase = Phase::Finished;
   return outcome.status.load(std::memory_order_seq_cst);
+}
+
+void Context::drain() {
+  if (!life.draining) return;
+  life.draining = false;
+  auto all_left = [this] {
+    return outcome.threads_done.load(std::memory_order_seq_cst) == kMaxAicpuThreads;
+  };
+  // Every task completed, so the threads only have to notice and leave their loops. Bounded
+  // anyway: a thread that never gets there must not hang the host.
+  const auto deadline = Clock::now() + config.scheduler_timeout + kStuckGrace;
+  while (!outcome.done_event.await(
+      all_left, kHostWaitSpin, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)))) {
+    if (Clock::now() < deadline) continue;
+    std::lock_guard lk(outcome.mu);
+    outcome.broken.store(true);
+    outcome.broken_reason = "a device thread did not leave a finished run";
+    return;
+  }
+  // Only a watchdog could latch after the last completion (a core slower than the scheduler
+  // timeout to answer FIN). The run was reported as it ended; the next one starts clean.
+  if (fatal()) arena.dirty = true;
 }
 
 int Context::finalize_run() {
@@ -636,6 +678,7 @@ void Context::stats(simpler_context_stats* out) const {
   s.runs = counters.runs;
   s.tasks_completed = counters.tasks_completed;
   s.last_boot_ns = counters.last_boot_ns;
+  s.early_returns = counters.early_returns;
   {
     std::lock_guard lk(memory.mu);
     s.committed_bytes = memory.committed;

@@ -426,6 +426,9 @@ struct Lifecycle {
   bool initialised = false;
   bool finalised = false;
   Phase phase = Phase::Idle;
+  /// wait_run returned on the run's last completion while device threads were still leaving
+  /// it (Context::drain). The next call that touches run state waits for them first.
+  bool draining = false;
   Callable callables[kMaxCallables];
   std::string last_error;  ///< the message of the last failing C API call
 };
@@ -457,7 +460,7 @@ struct ArenaState {
 /// What simpler_get_stats reports. Written by the host only.
 struct Counters {
   std::uint64_t orch_loads = 0, kernel_loads = 0, arena_builds = 0, arena_uploads = 0;
-  std::uint64_t boots = 0, runs = 0, tasks_completed = 0, last_boot_ns = 0;
+  std::uint64_t boots = 0, runs = 0, tasks_completed = 0, last_boot_ns = 0, early_returns = 0;
 };
 
 /// What the current run executes. Written by the host in prepare_run/launch_run (the device
@@ -565,6 +568,10 @@ class Context {
   int wait_run();
   int finalize_run();
   void stats(simpler_context_stats* out) const;
+  /// Host: waits until every device thread left the last run, when wait_run returned before
+  /// they did. Every call that changes what the device threads read (the arena, the run setup,
+  /// the callables) or stops them calls it first.
+  void drain();
 
   int fail(int status, std::string message);  ///< records life.last_error, returns status
 

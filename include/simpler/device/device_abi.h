@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /** Bumped whenever a struct layout or a function signature below changes. */
-#define SIMPLER_DEVICE_ABI_VERSION 3u
+#define SIMPLER_DEVICE_ABI_VERSION 4u
 
 /* ---- status codes ---------------------------------------------------------------------- */
 /* 0 is SIMPLER_OK; the SIMPLER_ERR_* codes are negative: host API misuse from -1, the failures
@@ -169,6 +169,8 @@ typedef struct simpler_context_stats {
   uint32_t aic_cores;
   uint32_t aiv_cores;
   uint32_t reserved2;
+  uint64_t early_returns; /* runs whose wait returned on their last completion, before every
+                             device thread left them (the next call waited for those) */
 } simpler_context_stats;
 
 /* ---- functions ------------------------------------------------------------------------- */
