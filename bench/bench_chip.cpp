@@ -12,7 +12,10 @@
 //           task as an OpenMP parallel region (2 threads, single + task + taskwait) and as a
 //           hand-off to a parked std::thread and back (condition variables): each pays a wake-up
 //           of a sleeping thread, the floor here. Once after the gap between contenders (the
-//           threads asleep), and 100 back-to-back (threads still warm).
+//           threads asleep), and 100 back-to-back (threads still warm). Then "spaced": 100 runs,
+//           each after 30 us of host work (a spin on the clock, as a lane replying to its parent
+//           would do between two chip tasks), timing the run() calls only: what a run costs when
+//           its end overlaps the host's next step.
 //   chip_f  idle: the process CPU time (every thread) over a 1 s sleep of the main thread right
 //           after a run, as % of one core (PERFORMANCE.md i: <= 1 %); the device threads spin
 //           briefly after the run and must then sleep.
@@ -186,6 +189,19 @@ class ParkedThread {
   bool stop_ = false;
   std::thread thread_;
 };
+
+/// `runs` calls of `call`, each after `host_work` of spinning on the clock; the summed time of
+/// the calls alone, in ns.
+template <class Call>
+double spaced_calls_ns(int runs, std::chrono::microseconds host_work, Call&& call) {
+  double total = 0;
+  for (int r = 0; r < runs; ++r) {
+    const auto until = std::chrono::steady_clock::now() + host_work;
+    while (std::chrono::steady_clock::now() < until) sb::clobber();
+    total += sb::time_ns(call);
+  }
+  return total;
+}
 
 #ifdef SIMPLER_HAVE_OPENMP
 /// One empty-kernel task as an OpenMP region on 2 threads, `runs` times.
@@ -373,6 +389,20 @@ int run(int argc, char** argv) {
       rep.ratio(sc, "chip", "openmp");
       rep.ratio(sc, "chip", "thread");
     }
+    constexpr int kSpacedRuns = 100;
+    constexpr std::chrono::microseconds kHostWork{30};
+    std::vector<sb::Contender> spaced{
+        {"chip",
+         [&] {
+           return spaced_calls_ns(kSpacedRuns, kHostWork, [&] { chip.run_count(chip.chain, 1); });
+         },
+         static_cast<double>(kSpacedRuns)},
+        {"thread",
+         [&] { return spaced_calls_ns(kSpacedRuns, kHostWork, [&] { parked.round_trip(); }); },
+         static_cast<double>(kSpacedRuns)},
+    };
+    sb::run_scenario(rep, "chip_e_run_1_task_spaced", "ns/run", spaced);
+    rep.ratio("chip_e_run_1_task_spaced", "chip", "thread");
   }
   {
     rep.section("chip_d: device boot (re-wire + reset) vs task window size");
