@@ -1,5 +1,5 @@
-// Tests for the detail containers: SmallVec (inline-storage vector), RingBuffer (FIFO) and
-// OrderedIndex (B+ tree).
+// Tests for the detail containers: SmallVec (inline-storage vector), RingBuffer (FIFO),
+// OrderedIndex (B+ tree) and ReadyRing (the Orchestrator's bounded hand-off to the scheduler).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -7,16 +7,22 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "simpler/detail/ordered_index.hpp"
+#include "simpler/detail/ready_ring.hpp"
 #include "simpler/detail/ring_buffer.hpp"
 #include "simpler/detail/small_vec.hpp"
 
 using simpler::detail::OrderedIndex;
+using simpler::detail::ReadyRecord;
+using simpler::detail::ReadyRing;
 using simpler::detail::RingBuffer;
 using simpler::detail::SmallVec;
 
@@ -593,4 +599,100 @@ TEST_CASE("an OrderedIndex thinned out merges its sparse leaves", "[containers]"
   }
   REQUIRE(ix.size() == 20000 / 16);
   CHECK(ix.leaf_count() * 4 <= full);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ReadyRing
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+ReadyRecord record(std::uint32_t i) {
+  return {i, static_cast<simpler::WorkerId>(i % 3) - 1,
+          i % 2 == 0 ? simpler::detail::Role::Sub : simpler::detail::Role::NextLevel,
+          i % 2 == 0 ? simpler::CallableKind::Sub : simpler::CallableKind::Chip, i % 5 == 0};
+}
+
+std::vector<std::uint32_t> drained(ReadyRing& r) {
+  std::vector<std::uint32_t> out;
+  r.drain([&](const ReadyRecord& x) {
+    CHECK(x.target == record(x.slot).target);
+    CHECK(x.role == record(x.slot).role);
+    CHECK(x.kind == record(x.slot).kind);
+    CHECK(x.poisoned == record(x.slot).poisoned);
+    out.push_back(x.slot);
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a ReadyRing hands records over in push order, with their fields", "[containers]") {
+  auto r = std::make_unique<ReadyRing>();
+  CHECK(r->empty());
+  for (std::uint32_t i = 0; i < 10; ++i) REQUIRE(r->push(record(i)));
+  CHECK_FALSE(r->empty());
+  CHECK(drained(*r) == std::vector<std::uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  CHECK(r->empty());
+  CHECK(drained(*r).empty());
+}
+
+TEST_CASE("a full ReadyRing refuses a push until a drain frees its places, and wraps",
+          "[containers]") {
+  auto r = std::make_unique<ReadyRing>();
+  std::uint32_t next = 0;
+  std::uint32_t expect = 0;
+  for (int round = 0; round < 3; ++round) {  // 3 fills: the positions wrap twice
+    while (r->push(record(next))) ++next;
+    CHECK(next - expect == ReadyRing::kCapacity);
+    CHECK_FALSE(r->push(record(next)));  // still full: refused again, nothing overwritten
+    const auto got = drained(*r);
+    REQUIRE(got.size() == ReadyRing::kCapacity);
+    for (std::uint32_t v : got) CHECK(v == expect++);
+  }
+  // Part-full: only the free places are taken.
+  for (std::uint32_t i = 0; i < 10; ++i) REQUIRE(r->push(record(next++)));
+  CHECK(drained(*r).size() == 10);
+}
+
+TEST_CASE("a drain that throws hands out the record it was on only once", "[containers]") {
+  auto r = std::make_unique<ReadyRing>();
+  for (std::uint32_t i = 0; i < 5; ++i) REQUIRE(r->push(record(i)));
+  std::vector<std::uint32_t> seen;
+  CHECK_THROWS_AS(r->drain([&](const ReadyRecord& x) {
+    seen.push_back(x.slot);
+    if (x.slot == 2) throw std::runtime_error("out of memory");
+  }),
+                  std::runtime_error);
+  CHECK(seen == std::vector<std::uint32_t>{0, 1, 2});
+  CHECK(drained(*r) == std::vector<std::uint32_t>{3, 4});
+}
+
+TEST_CASE("a ReadyRing passes every record once from one producer thread to a consumer thread",
+          "[containers]") {
+  auto r = std::make_unique<ReadyRing>();
+  constexpr std::uint32_t kCount = 200'000;
+  std::vector<std::uint32_t> got;
+  got.reserve(kCount);
+  std::thread consumer([&] {
+    while (got.size() < kCount) {
+      r->drain([&](const ReadyRecord& x) { got.push_back(x.slot); });
+      std::this_thread::yield();
+    }
+  });
+  std::uint64_t refused = 0;
+  for (std::uint32_t i = 0; i < kCount;) {
+    if (r->push(record(i))) {
+      ++i;
+    } else {
+      ++refused;
+      std::this_thread::yield();
+    }
+  }
+  consumer.join();
+  INFO("pushes refused while full: " << refused);
+  REQUIRE(got.size() == kCount);
+  std::uint32_t first_wrong = 0;  // the first position not holding its own index
+  while (first_wrong < kCount && got[first_wrong] == first_wrong) ++first_wrong;
+  CHECK(first_wrong == kCount);
+  CHECK(r->empty());
 }

@@ -5,6 +5,8 @@
 // orchestration thread's pass starts watching still wakes the scheduler thread in time.
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -264,4 +266,64 @@ TEST_CASE("a deadline the orchestration thread's pass starts watching wakes the 
     CHECK_NOTHROW(w.close());
   }
   release = true;
+}
+
+TEST_CASE(
+    "ready tasks beyond the ready ring's capacity go through the inbox, and every task runs once",
+    "[engine][driving][ready-ring]") {
+  // On one CPU the orchestration thread submits for a whole time slice while the scheduler
+  // thread waits for the CPU, so more tasks become ready than the ring (1024) holds; the rest
+  // must take the inbox. The first run on a fresh Worker usually overflows; runs repeat (at most
+  // 30) until one did.
+  cpu_set_t before;
+  REQUIRE(sched_getaffinity(0, sizeof(before), &before) == 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &before)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);  // the Worker's threads inherit it
+  struct Restore {
+    cpu_set_t mask;
+    ~Restore() { sched_setaffinity(0, sizeof(mask), &mask); }
+  } restore{before};
+
+  Worker w(thread_options(2));
+  std::atomic<std::uint64_t> ran{0};
+  auto count = w.register_sub("count", [&](TaskArgsView) { ran.fetch_add(1); });
+  auto add = w.register_sub("add", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });
+  w.init();
+  constexpr std::uint64_t kTasks = 20'000;
+  std::int64_t chained = 0;
+  std::uint64_t runs = 0;
+  CallConfig bounded;  // a task lost between ring and inbox fails the run instead of hanging it
+  bounded.timeout = 60s;
+  while (w.stats().ready_overflows == 0 && runs < 30) {
+    ran = 0;
+    chained = 0;
+    w.run(
+        [&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
+          for (std::uint64_t i = 0; i < kTasks; ++i) {
+            // Every 64th task extends a chain: those become ready on lanes (the inbox's other
+            // producers) while the Orchestrator fills the ring.
+            if (i % 64 == 0) {
+              o.submit_sub(add, TaskArgs().add_tensor(cell(chained), TensorArgType::InOut));
+            } else {
+              o.submit_sub(count);
+            }
+          }
+        },
+        {}, bounded);
+    ++runs;
+    REQUIRE(ran.load() == kTasks - kTasks / 64 - (kTasks % 64 != 0 ? 1 : 0));
+    REQUIRE(chained == static_cast<std::int64_t>((kTasks + 63) / 64));
+  }
+  INFO("runs: " << runs);
+  const WorkerStats st = w.stats();
+  CHECK(st.ready_overflows > 0);
+  CHECK(st.tasks_completed == runs * kTasks);
+  CHECK(st.tasks_in_flight == 0);
 }

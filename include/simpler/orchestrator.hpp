@@ -215,6 +215,10 @@ class OrchestratorBase {
   void sweep_tensor_map();
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
+  /// Hands a ready task to the scheduler's pass: a single one through the ready ring, with its
+  /// routing fields (the pass then need not read its slot); a group, or any task when the ring
+  /// is full, through the ready inbox.
+  void hand_over_ready(detail::Slot& s) noexcept;
   void dispatch_published() noexcept;
   /// Drops the reference of the scope at depth `d` + 1 on each of its tasks that finished,
   /// succeeded and owns no heap bytes (a flat run stays bounded by the tasks in flight).

@@ -61,6 +61,9 @@ struct WorkerStats {
   /// wake a sleeping scheduler thread: for a task it submitted while that thread slept, and for
   /// the lanes' results while the run's fence waits. Diagnostics: high on runs of a few tasks.
   std::uint64_t orchestrator_passes = 0;
+  /// Ready tasks the Orchestrator handed to the scheduler through its unbounded inbox because
+  /// the ready ring (1024 tasks) was full: the scheduler thread was behind. Diagnostics.
+  std::uint64_t ready_overflows = 0;
   std::vector<LaneStats> lanes;  ///< sub workers first, then next-level workers, by WorkerId
   std::vector<HeapRingStats> heap_rings;
 };

@@ -490,6 +490,7 @@ class BasicWorker {
     out.ready_queued = es.ready_queued.get();
     out.window_waits = es.window_waits.get();
     out.orchestrator_passes = es.orch_passes.get();
+    out.ready_overflows = es.ready_overflows.get();
     std::uint64_t done[3] = {es.sched.completed.get(), es.sched.failed.get(),
                              es.sched.skipped.get()};
     for (const auto* table : {&core_->subs, &core_->next_level}) {

@@ -124,8 +124,11 @@ class WorkerThread : public detail::LaneCore {
           if (core_.trace_level.load(std::memory_order_relaxed) != 0) [[unlikely]] {
             trace_event(detail::TraceKind::Skip, s, 0, Outcome::Skipped);
           }
-        } else if (!run_task(s, p.member, out)) {
-          return detach_once();  // abandoned at a deadline: the scheduler ended its posts
+        } else {
+          s.state.store(TaskState::Running, std::memory_order_relaxed);  // for observation
+          if (!run_task(s, p.member, out)) {
+            return detach_once();  // abandoned at a deadline: the scheduler ended its posts
+          }
         }
         stat_lane.count(out.outcome);
         // A single task is completed here, on the lane; a group member goes back to the
@@ -187,6 +190,7 @@ class WorkerThread : public detail::LaneCore {
           out.outcome = Outcome::Skipped;
         } else {
           LeafRequest& r = requests[sent % kDepth];
+          s.state.store(TaskState::Running, std::memory_order_relaxed);  // for observation
           build_request(s, p.member, r);
           const std::int32_t traced = core_.trace_level.load(std::memory_order_relaxed);
           if (traced != 0) [[unlikely]] {
@@ -387,13 +391,12 @@ class WorkerThread : public detail::LaneCore {
 
   /// The leaf request of member `member` of slot `s`, with its deadline.
   void build_request(const detail::Slot& s, std::uint32_t member, LeafRequest& r) const noexcept {
-    const detail::MemberArgs& a = s.members[member];
-    const detail::MemberArgs& b = s.members[member + 1];
+    const detail::MemberSpan a = s.member_args(member);
     r = LeafRequest{};
     r.digest = s.digest;
     r.index_hint = s.callable_index;
-    r.args.tensor_count = static_cast<std::int32_t>(b.tensor_begin - a.tensor_begin);
-    r.args.scalar_count = static_cast<std::int32_t>(b.scalar_begin - a.scalar_begin);
+    r.args.tensor_count = static_cast<std::int32_t>(a.tensor_end - a.tensor_begin);
+    r.args.scalar_count = static_cast<std::int32_t>(a.scalar_end - a.scalar_begin);
     r.args.tensors = s.tensors.data() + a.tensor_begin;
     r.args.scalars = s.scalars.data() + a.scalar_begin;
     r.config = s.has_config ? s.config.get() : &default_call_config();

@@ -2,7 +2,7 @@
 // one Worker.
 //
 // None of this depends on the lane types. The hand-offs:
-//   Orchestrator --ready_inbox--> Scheduler --LaneCore::post--> lane thread
+//   Orchestrator --ready_ring/ready_inbox--> Scheduler --LaneCore::post--> lane thread
 //   lane thread --done stack--> Scheduler --retire_inbox--> Orchestrator
 // Each arrow is a lock-free stack plus an EventCount, so an idle receiver sleeps and a busy one
 // is never woken by a syscall.
@@ -22,6 +22,7 @@
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/event_count.hpp"
 #include "simpler/detail/lane_core.hpp"
+#include "simpler/detail/ready_ring.hpp"
 #include "simpler/detail/registry.hpp"
 #include "simpler/detail/slot.hpp"
 #include "simpler/detail/stat_counter.hpp"
@@ -108,6 +109,10 @@ struct EngineCore {
   /// first submit and cleared after its fence (relaxed: ordered like run_deadline_ns); read
   /// wherever an event would be recorded, so it shares this read-mostly line.
   std::atomic<std::int32_t> trace_level{0};
+  /// Set (relaxed, before the task is published) once some task of this Worker had a deadline
+  /// of its own (CallConfig::timeout or WorkerOptions::task_timeout); never cleared. Until then
+  /// the scheduler posts a task without looking at its slot. Read per task: on this line.
+  std::atomic<bool> task_timeouts_seen{false};
   /// Set by the Orchestrator while it waits for heap space: only then is each retirement worth
   /// a wakeup. Otherwise it collects retirements when it next submits. Read per retirement.
   std::atomic<bool> heap_waiting{false};
@@ -123,7 +128,11 @@ struct EngineCore {
   alignas(kCacheLine) SlotPool pool;
 
   // ---- Hand-offs: a stack and the EventCount its receiver sleeps on, each on its own line.
-  alignas(kCacheLine) SlotStack ready_inbox;  ///< Orchestrator -> Scheduler: producers all done
+  /// Orchestrator -> Scheduler: tasks whose producers are all done. Single tasks the
+  /// Orchestrator publishes go through ready_ring, with their routing fields; groups, a full
+  /// ring's overflow and the successors lanes make ready go through the stack.
+  alignas(kCacheLine) SlotStack ready_inbox;
+  ReadyRing ready_ring;
   alignas(kCacheLine) LaneStack done;         ///< lanes -> Scheduler: finished tasks
   alignas(kCacheLine) EventCount sched_wake;  ///< Scheduler sleeps here
   std::atomic<bool> stop{false};
@@ -161,6 +170,11 @@ struct EngineCore {
   alignas(kCacheLine) std::atomic<std::uint32_t> lane_local{0};
 
   EngineStats stats;  ///< counters for BasicWorker::stats()
+
+  /// Nothing published is waiting for the scheduler's pass to take it. Any thread.
+  [[nodiscard]] bool ready_empty() const noexcept {
+    return ready_ring.empty() && ready_inbox.empty();
+  }
 
   void notify_scheduler() noexcept { sched_wake.notify_all(); }
   /// After a push to ready_inbox or done (seq_cst): wakes the scheduler thread unless the

@@ -395,23 +395,33 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   s.digest = callable.digest;
   s.run_id = core_.run.id();
   s.group_size = static_cast<std::uint32_t>(members.size());
-  s.tensors.clear();
-  s.scalars.clear();
   s.members.clear();
-  for (std::size_t m = 0; m < members.size(); ++m) {
-    const TaskArgs& a = members[m];
+  if (members.size() == 1) {
+    // A single task: its target in the slot, its arguments all of tensors and scalars.
+    s.target0 = targets.empty() ? any_worker : targets[0];
+    const TaskArgsView v = members[0].view();
+    s.tensors.assign(v.tensors, static_cast<std::size_t>(v.tensor_count));
+    s.scalars.assign(v.scalars, static_cast<std::size_t>(v.scalar_count));
+  } else {
+    s.target0 = any_worker;
+    s.tensors.clear();
+    s.scalars.clear();
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
+                           static_cast<std::uint32_t>(s.scalars.size()),
+                           targets.empty() ? any_worker : targets[m]});
+      const TaskArgsView v = members[m].view();
+      for (std::int32_t i = 0; i < v.tensor_count; ++i) s.tensors.push_back(v.tensors[i]);
+      for (std::int32_t i = 0; i < v.scalar_count; ++i) s.scalars.push_back(v.scalars[i]);
+    }
     s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
-                         static_cast<std::uint32_t>(s.scalars.size()),
-                         targets.empty() ? any_worker : targets[m]});
-    const TaskArgsView v = a.view();
-    for (std::int32_t i = 0; i < v.tensor_count; ++i) s.tensors.push_back(v.tensors[i]);
-    for (std::int32_t i = 0; i < v.scalar_count; ++i) s.scalars.push_back(v.scalars[i]);
+                         static_cast<std::uint32_t>(s.scalars.size()), any_worker});
   }
-  s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
-                       static_cast<std::uint32_t>(s.scalars.size()), any_worker});
   s.has_config = custom_config;
   s.timeout_ms =
       detail::clamp_ms(config.timeout.count() > 0 ? config.timeout : core_.timing.task_timeout);
+  if (s.timeout_ms != 0 && !core_.task_timeouts_seen.load(std::memory_order_relaxed)) [[unlikely]]
+    core_.task_timeouts_seen.store(true, std::memory_order_relaxed);  // published with the task
   if (custom_config) {
     if (!s.config) s.config = std::make_unique<CallConfig>();
     *s.config = config;
@@ -697,7 +707,7 @@ inline void OrchestratorBase::publish(Slot& s) {
     if (ready_traced) [[unlikely]] {
       core_.trace.orch->record({detail::trace_now(), 0, s.trace_id, 0, detail::TraceKind::Ready});
     }
-    core_.ready_inbox.push(&s);  // seq_cst: publishes the task data
+    hand_over_ready(s);
     dispatch_published();
     return;
   }
@@ -710,9 +720,20 @@ inline void OrchestratorBase::publish(Slot& s) {
     if (ready_traced) [[unlikely]] {
       core_.trace.orch->record({detail::trace_now(), 0, s.trace_id, 0, detail::TraceKind::Ready});
     }
-    core_.ready_inbox.push(&s);
+    hand_over_ready(s);
     dispatch_published();
   }
+}
+
+inline void OrchestratorBase::hand_over_ready(Slot& s) noexcept {
+  // Its producers are done (or it had none), so `poisoned` is final: the pending decrement that
+  // made it ready acquired their flags.
+  if (!s.is_group() && core_.ready_ring.push({s.id, s.target0, s.role, s.callable_kind,
+                                              s.poisoned.load(std::memory_order_relaxed)})) {
+    return;  // seq_cst: publishes the task data
+  }
+  if (!s.is_group()) core_.stats.ready_overflows.add();
+  core_.ready_inbox.push(&s);  // a group, or the ring is full (seq_cst as well)
 }
 
 // An awake scheduler thread takes what was published (it is polling, or in a pass and looks again
@@ -796,7 +817,7 @@ inline std::chrono::steady_clock::time_point OrchestratorBase::submit_wait_deadl
 inline bool OrchestratorBase::workers_idle() const noexcept {
   // Order matters: a lane hands successors to the inbox before it leaves lane_local, and the
   // scheduler clears sched_idle before it takes the inbox.
-  return core_.lane_local.load(std::memory_order_seq_cst) == 0 && core_.ready_inbox.empty() &&
+  return core_.lane_local.load(std::memory_order_seq_cst) == 0 && core_.ready_empty() &&
          core_.sched_idle.load(std::memory_order_seq_cst);
 }
 

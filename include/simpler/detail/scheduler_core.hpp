@@ -44,7 +44,7 @@ class SchedulerCore {
   /// idle mark. Returns true when something had arrived.
   bool pass();
   [[nodiscard]] bool has_input() const noexcept {
-    return !core_.ready_inbox.empty() || !core_.done.empty();
+    return !core_.ready_empty() || !core_.done.empty();
   }
   bool acquire() noexcept {
     std::uint32_t free = 0;
@@ -55,7 +55,10 @@ class SchedulerCore {
   void take_inbox();
   void take_done();
   void became_ready(Slot& s);
+  /// became_ready for a task the Orchestrator handed over through the ready ring.
+  void became_ready(const ReadyRecord& r);
   void route(Slot& s);
+  void route_single(TaskSlot slot, Role role, CallableKind kind, WorkerId target);
   void drain_worklist();
   void dispatch(RoleQueues& q);
   void dispatch_shared(RoleQueues& q, CallableKind kind);
@@ -72,7 +75,7 @@ class SchedulerCore {
   void collect_results(LaneCore& lane);
   void end_member(Slot& s, Outcome o);
   [[nodiscard]] bool has_queued_work() const noexcept;
-  void post(LaneCore& lane, Slot& s, std::uint32_t member);
+  void post(LaneCore& lane, TaskSlot id, std::uint32_t member);
   void publish_posts();
   /// Tasks a lane may hold from the shared queue before an idle lane would be better (unless
   /// the queue holds enough to keep every lane busy for a while).

@@ -42,7 +42,7 @@ inline bool SchedulerCore::pass() {
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_check_) check_deadlines(now);
   }
-  const bool arrived = !core_.ready_inbox.empty();
+  const bool arrived = !core_.ready_empty();
   const bool finished = !core_.done.empty();
   if (arrived || finished) {
     // Cleared before taking work, so an Orchestrator that sees the inbox empty also sees this.
@@ -64,8 +64,7 @@ inline bool SchedulerCore::pass() {
       trace_pass(pass_begin, routed_ - routed_before);
   }
   // Nothing queued and no lane busy: every published task has finished (the run's fence).
-  if (!any_busy() && !core_.sched_idle.load(std::memory_order_relaxed) &&
-      core_.ready_inbox.empty()) {
+  if (!any_busy() && !core_.sched_idle.load(std::memory_order_relaxed) && core_.ready_empty()) {
     core_.sched_idle.store(true, std::memory_order_seq_cst);
     core_.orch_wake.notify_all();
   }
@@ -270,6 +269,7 @@ inline void SchedulerCore::fail_lost(Slot& s, const LaneCore& lane) {
 }
 
 inline void SchedulerCore::take_inbox() {
+  core_.ready_ring.drain([this](const ReadyRecord& r) { became_ready(r); });
   for (Slot* s = core_.ready_inbox.take_fifo(); s != nullptr;) {
     Slot* n = s->next;
     became_ready(*s);
@@ -319,16 +319,35 @@ inline void SchedulerCore::became_ready(Slot& s) {
   route(s);
 }
 
+// The Orchestrator stored Ready already, and the slot is not read: see ReadyRing.
+inline void SchedulerCore::became_ready(const ReadyRecord& r) {
+  if (r.poisoned || core_.run.cancelled()) {
+    worklist_.push_back({r.slot, Outcome::Skipped});
+    return;
+  }
+  route_single(r.slot, r.role, r.kind, r.target);
+}
+
 inline void SchedulerCore::route(Slot& s) {
+  if (!s.is_group()) {
+    route_single(s.id, s.role, s.callable_kind, s.target(0));
+    return;
+  }
   RoleQueues& q = s.role == Role::Sub ? sub_ : next_;
   ++routed_;
   ++queued_;
-  if (s.is_group()) {
-    q.groups.push_back(s.id);
-  } else if (s.target(0) == any_worker) {
-    q.any[static_cast<std::size_t>(s.callable_kind)].push_back(s.id);
+  q.groups.push_back(s.id);
+}
+
+inline void SchedulerCore::route_single(TaskSlot slot, Role role, CallableKind kind,
+                                        WorkerId target) {
+  RoleQueues& q = role == Role::Sub ? sub_ : next_;
+  ++routed_;
+  ++queued_;
+  if (target == any_worker) {
+    q.any[static_cast<std::size_t>(kind)].push_back(slot);
   } else {
-    q.directed[static_cast<std::size_t>(s.target(0))].push_back(s.id);
+    q.directed[static_cast<std::size_t>(target)].push_back(slot);
   }
 }
 
@@ -364,14 +383,17 @@ inline bool SchedulerCore::skip_if_cancelled(Slot& s) {
   return true;
 }
 
-inline void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
+inline void SchedulerCore::post(LaneCore& lane, TaskSlot id, std::uint32_t member) {
+  Slot& s = core_.pool.at(id);  // an address: nothing of the slot is loaded unless used below
+  // The slot is read only for deadlines and tracing: the lane marks the task Running when it
+  // starts it (the slot was last written on the Orchestrator's core; see ReadyRing).
   if (lane.inflight++ == 0) ++busy_lanes_;
-  s.state.store(TaskState::Running, std::memory_order_relaxed);
   if (lane.staged == lane.posted.load(std::memory_order_relaxed)) touched_.push_back(&lane);
   bool watched = false;
   if (lane.watched) {
     const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
-    if (s.timeout_ms != 0 || run_dl != 0) {
+    if (run_dl != 0 ||
+        (core_.task_timeouts_seen.load(std::memory_order_relaxed) && s.timeout_ms != 0)) {
       watched = true;
       if (lane.timed++ == 0) lane.timed_min_ms = 0;
       if (s.timeout_ms != 0 && (lane.timed_min_ms == 0 || s.timeout_ms < lane.timed_min_ms)) {
@@ -388,7 +410,7 @@ inline void SchedulerCore::post(LaneCore& lane, Slot& s, std::uint32_t member) {
   if (core_.trace_level.load(std::memory_order_relaxed) >= kTraceDeps) [[unlikely]] {
     trace_event(TraceKind::Dispatch, s, lane.trace_track, Outcome::Success);
   }
-  lane.ring[lane.staged % LaneCore::kDepth] = {s.id, member, watched ? 1U : 0U};
+  lane.ring[lane.staged % LaneCore::kDepth] = {id, member, watched ? 1U : 0U};
   ++lane.staged;
 }
 
@@ -441,7 +463,7 @@ inline void SchedulerCore::dispatch(RoleQueues& q) {
       }
       pop(q.groups);
       for (std::uint32_t m = 0; m < n; ++m) {
-        post(*lanes[static_cast<std::size_t>(s.target(m))], s, m);
+        post(*lanes[static_cast<std::size_t>(s.target(m))], s.id, m);
       }
       continue;
     }
@@ -465,7 +487,7 @@ inline void SchedulerCore::dispatch(RoleQueues& q) {
       if (m == n) break;
       if (l->idle() && !l->reserved && !l->dead.load(std::memory_order_relaxed) &&
           (l->runs & bit) != 0) {
-        post(*l, s, m++);
+        post(*l, s.id, m++);
       }
     }
   }
@@ -481,8 +503,8 @@ inline void SchedulerCore::dispatch(RoleQueues& q) {
     }
     if (l->reserved) continue;
     while (!own.empty() && l->inflight < LaneCore::kDepth) {
-      Slot& s = core_.pool.at(pop(own));
-      if (!skip_if_cancelled(s)) post(*l, s, 0);
+      const TaskSlot id = pop(own);
+      if (!skip_if_cancelled(core_.pool.at(id))) post(*l, id, 0);
     }
   }
   for (CallableKind k : {CallableKind::Sub, CallableKind::Orch, CallableKind::Chip}) {
@@ -512,8 +534,8 @@ inline void SchedulerCore::dispatch_shared(RoleQueues& q, CallableKind kind) {
     for (LaneCore* l : *q.lanes) {
       if (l->reserved || (l->runs & bit) == 0 || l->dead.load(std::memory_order_relaxed)) continue;
       while (l->inflight < depth && !any.empty()) {
-        Slot& s = core_.pool.at(pop(any));
-        if (!skip_if_cancelled(s)) post(*l, s, 0);
+        const TaskSlot id = pop(any);
+        if (!skip_if_cancelled(core_.pool.at(id))) post(*l, id, 0);
       }
     }
   }

@@ -62,21 +62,36 @@ inline Edge* closed_list() noexcept {
   return &sentinel;
 }
 
-/// A pending task's record. Kept small (184 bytes; a task's tensors, scalars and edges live in
-/// arrays that a reused slot keeps), since a run holds one per task in flight: fields are ordered
-/// so that none needs padding.
-struct Slot {
+/// Where one member's arguments lie in its slot's tensors and scalars: [tensor_begin,
+/// tensor_end) and [scalar_begin, scalar_end).
+struct MemberSpan {
+  std::uint32_t tensor_begin;
+  std::uint32_t tensor_end;
+  std::uint32_t scalar_begin;
+  std::uint32_t scalar_end;
+};
+
+/// A pending task's record. Kept small (three cache lines; a task's tensors, scalars and edges
+/// live in arrays that a reused slot keeps), since a run holds one per task in flight: fields are
+/// ordered so that none needs padding. Cache-line aligned: slots are recycled LIFO, so neighbours
+/// are in flight together on different threads, and a line shared between two of them would
+/// bounce between the cores filling and finishing them.
+struct alignas(kCacheLine) Slot {
   // ---- task data: written by the Orchestrator while Building, read-only after publication.
   std::uint64_t digest = 0;
-  std::unique_ptr<CallConfig> config;     // kept across reuse; valid when has_config
-  SmallVec<MemberArgs, 0> members;        // group_size + 1 entries (the last one closes)
+  std::unique_ptr<CallConfig> config;  // kept across reuse; valid when has_config
+  /// A group's members: group_size + 1 entries (the last one closes). Empty for a single task,
+  /// whose target is `target0` and whose arguments are all of tensors and scalars: the common
+  /// task then touches no storage outside the slot.
+  SmallVec<MemberArgs, 0> members;
   SmallVec<ContinuousTensor, 0> tensors;  // all members' tensors, concatenated
   SmallVec<std::uint64_t, 0> scalars;     // all members' scalars, concatenated
   std::uint32_t callable_index = 0;
   std::uint32_t run_id = 0;
   std::uint32_t group_size = 1;
-  std::uint32_t timeout_ms = 0;  // deadline from the task's start; 0 = none (routing field)
-  std::uint32_t trace_id = 0;    // 1-based id in its run when traced (or dep_gen), else 0
+  std::uint32_t timeout_ms = 0;   // deadline from the task's start; 0 = none (routing field)
+  std::uint32_t trace_id = 0;     // 1-based id in its run when traced (or dep_gen), else 0
+  WorkerId target0 = any_worker;  // a single task's target (routing field)
   Role role = Role::Sub;
   CallableKind callable_kind = CallableKind::Sub;  // what runs it (routing field)
   bool has_config = false;
@@ -116,7 +131,26 @@ struct Slot {
 
   [[nodiscard]] bool is_group() const noexcept { return group_size > 1; }
   /// The worker member `m` goes to (any_worker: the scheduler picks).
-  [[nodiscard]] WorkerId target(std::size_t m) const noexcept { return members[m].target; }
+  [[nodiscard]] WorkerId target(std::size_t m) const noexcept {
+    return is_group() ? members[m].target : target0;
+  }
+  /// Where member `m`'s arguments lie.
+  [[nodiscard]] MemberSpan member_args(std::size_t m) const noexcept {
+    if (!is_group()) {
+      return {0, static_cast<std::uint32_t>(tensors.size()), 0,
+              static_cast<std::uint32_t>(scalars.size())};
+    }
+    const MemberArgs& a = members[m];
+    const MemberArgs& b = members[m + 1];
+    return {a.tensor_begin, b.tensor_begin, a.scalar_begin, b.scalar_begin};
+  }
+  /// Asks the CPU to bring this slot's lines towards this core for writing, ahead of reuse (the
+  /// thread that finished its last task has them).
+  void prefetch_for_reuse() const noexcept {
+    const char* p = reinterpret_cast<const char*>(this);
+    for (std::size_t off = 0; off < sizeof(Slot); off += kCacheLine)
+      __builtin_prefetch(p + off, 1, 3);
+  }
 };
 static_assert(sizeof(Slot) <= 192, "a pending task's record must stay within 192 bytes");
 
@@ -136,12 +170,15 @@ class SlotPool {
     return chunks_[id >> kChunkBits][id & (kChunkSize - 1)];
   }
 
-  /// A free slot, growing by one chunk when none is free.
+  /// A free slot, growing by one chunk when none is free. Prefetches the slot the next call
+  /// will return, whose lines are usually in another core's cache: the miss then overlaps with
+  /// filling this one instead of stalling the next submit.
   Slot& alloc() {
     if (free_.empty()) add_chunk();
     const TaskSlot id = free_.back();
     free_.pop_back();
     ++live_;
+    if (!free_.empty()) at(free_.back()).prefetch_for_reuse();
     return at(id);
   }
   void free(Slot& s) noexcept {

@@ -57,8 +57,9 @@ struct EngineStats {
   alignas(kCacheLine) StatCounter submitted;
   StatCounter runs_completed;
   StatCounter runs_failed;
-  StatCounter window_waits;  ///< submits/allocs that waited for the task window
-  StatCounter orch_passes;   ///< scheduler passes (that took work) run on this thread
+  StatCounter window_waits;     ///< submits/allocs that waited for the task window
+  StatCounter orch_passes;      ///< scheduler passes (that took work) run on this thread
+  StatCounter ready_overflows;  ///< ready tasks handed over through the inbox: the ring was full
   // The scheduler thread: tasks it ended itself (groups, tasks skipped before reaching a lane,
   // tasks of lost lanes), and how many tasks wait in its queues.
   alignas(kCacheLine) OutcomeCounters sched;

@@ -1,0 +1,80 @@
+// simpler::detail::ReadyRing — the Orchestrator's ready single tasks on their way to the scheduler
+// pass, with what routing them needs.
+//
+// A bounded single-producer ring (the Orchestrator's thread) with one consumer at a time (whoever
+// holds the scheduler's pass token: EngineCore::pass_owner, taken and given back seq_cst). Each
+// record carries a task's routing fields, so the pass queues and posts it without reading the
+// task's slot: that slot was just written on the Orchestrator's core, and reading it on the
+// scheduler's cost a cache miss per task (two, with the linked stack it replaces on this path,
+// whose links are chased one miss after another). A full ring refuses the push; the Orchestrator
+// then uses the ready inbox stack, which is unbounded.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "simpler/callable.hpp"
+#include "simpler/detail/cache_line.hpp"
+#include "simpler/detail/slot.hpp"
+#include "simpler/task.hpp"
+
+namespace simpler::detail {
+
+/// A ready single task (not a group) and its routing fields, copied from its slot.
+struct ReadyRecord {
+  TaskSlot slot;
+  WorkerId target;  ///< any_worker = the scheduler picks
+  Role role;
+  CallableKind kind;
+  bool poisoned;  ///< a producer failed: the task is skipped
+};
+
+class ReadyRing {
+ public:
+  static constexpr std::uint32_t kCapacity = 1024;
+
+  /// Producer only. The tail store is seq_cst, like the stack's push: it publishes the task data
+  /// written before it, and an EventCount notify after it cannot miss a sleeping consumer.
+  [[nodiscard]] bool push(const ReadyRecord& r) noexcept {
+    const std::uint32_t t = tail_.load(std::memory_order_relaxed);
+    if (t - head_seen_ == kCapacity) {
+      head_seen_ = head_.load(std::memory_order_acquire);
+      if (t - head_seen_ == kCapacity) return false;
+    }
+    records_[t % kCapacity] = r;
+    tail_.store(t + 1, std::memory_order_seq_cst);
+    return true;
+  }
+  /// Any thread.
+  [[nodiscard]] bool empty() const noexcept {
+    return head_.load(std::memory_order_seq_cst) == tail_.load(std::memory_order_seq_cst);
+  }
+  /// Consumer only (the pass token's holder): calls f(record) for everything pushed so far, in
+  /// push order, and frees their places.
+  /// A record is taken before f sees it: if f throws, that record is not handed out again.
+  template <class F>
+  void drain(F&& f) {
+    struct Taken {
+      std::atomic<std::uint32_t>& head;
+      std::uint32_t h;
+      // seq_cst: a fence check that sees the ring empty (EngineCore::ready_empty) is ordered
+      // with the pass's own flags, as the stack's exchange was.
+      ~Taken() { head.store(h, std::memory_order_seq_cst); }
+    };
+    const std::uint32_t t = tail_.load(std::memory_order_acquire);
+    Taken taken{head_, head_.load(std::memory_order_relaxed)};
+    while (taken.h != t) {
+      const ReadyRecord r = records_[taken.h % kCapacity];
+      ++taken.h;
+      f(r);
+    }
+  }
+
+ private:
+  alignas(kCacheLine) std::atomic<std::uint32_t> tail_{0};
+  std::uint32_t head_seen_ = 0;  ///< the producer's last look at head_
+  alignas(kCacheLine) std::atomic<std::uint32_t> head_{0};
+  alignas(kCacheLine) ReadyRecord records_[kCapacity];
+};
+
+}  // namespace simpler::detail
