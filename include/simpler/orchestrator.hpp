@@ -223,6 +223,13 @@ class OrchestratorBase {
   /// Drops the reference of the scope at depth `d` + 1 on each of its tasks that finished,
   /// succeeded and owns no heap bytes (a flat run stays bounded by the tasks in flight).
   void compact_frame(std::size_t d) noexcept;
+  /// Drops the scope's reference on every task of `frame` and empties it.
+  void release_frame(std::vector<TaskSlot>& frame) noexcept;
+  /// Walking n tasks that may retire (at(k) is the k-th) at position i: prefetches what retiring
+  /// the tasks a little further on touches (their slots, outputs and TensorMap entries), so the
+  /// walk's cache misses overlap instead of following one another.
+  template <class SlotAt>
+  void prefetch_retiring(SlotAt&& at, std::size_t n, std::size_t i) const noexcept;
   /// compact_frame on every open scope, collecting what retires.
   void compact_open_frames() noexcept;
   /// Live tasks that have not finished, counted over the whole slot pool (for error messages:
@@ -240,6 +247,9 @@ class OrchestratorBase {
   [[nodiscard]] bool workers_idle() const noexcept;
   void release_ref(detail::Slot& s) noexcept;
   void retire(detail::Slot& s) noexcept;
+  /// A submit collects the retire inbox once per this many submits.
+  static constexpr std::uint32_t kDrainEvery = 32;
+  std::uint32_t submits_since_drain_ = 0;
   void drain_retired() noexcept;
   [[nodiscard]] int ring_for_depth() const noexcept {
     return depth_ - 1 < detail::kHeapRingCount - 1 ? (depth_ > 0 ? depth_ - 1 : 0)

@@ -22,6 +22,9 @@ class IntrusiveStack {
   [[nodiscard]] bool empty() const noexcept {
     return head_.load(std::memory_order_seq_cst) == nullptr;
   }
+  /// Takes everything pushed so far, newest first, linked through Next (no walk: for a consumer
+  /// to whom order does not matter).
+  Node* take_lifo() noexcept { return head_.exchange(nullptr, std::memory_order_acquire); }
   /// Takes everything pushed so far, oldest first, linked through Next.
   Node* take_fifo() noexcept {
     Node* n = head_.exchange(nullptr, std::memory_order_acquire);

@@ -381,6 +381,10 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     compact_frame(static_cast<std::size_t>(depth_ - 1));
     drain_retired();
   }
+  // Retirements are collected in batches (see the end of submit): before growing the pool,
+  // take back what finished.
+  if (core_.pool.exhausted() && !core_.retire_inbox.empty()) [[unlikely]]
+    drain_retired();
   Slot* sp = nullptr;
   try {
     sp = &core_.pool.alloc();
@@ -529,7 +533,13 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     trace_submitted(s, entry, members);
   publish(s);
   result.slot_id = s.id;
-  if (!core_.retire_inbox.empty()) drain_retired();
+  // Retirements are collected every kDrainEvery submits, so each collection has a batch whose
+  // cache misses overlap (see drain_retired); anything that needs a slot or heap space back
+  // collects first, and the run's end collects the rest.
+  if (++submits_since_drain_ >= kDrainEvery) {
+    submits_since_drain_ = 0;
+    if (!core_.retire_inbox.empty()) drain_retired();
+  }
   return result;
 }
 
@@ -937,6 +947,10 @@ inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> s
   }
   const int ring = ring_for_depth();
   const auto a = heap_alloc(ring, detail::HeapRing::round_up(bytes), "alloc");
+  // Retirements are collected in batches (see the end of submit): before growing the pool,
+  // take back what finished.
+  if (core_.pool.exhausted() && !core_.retire_inbox.empty()) [[unlikely]]
+    drain_retired();
   Slot* sp = nullptr;
   try {
     sp = &core_.pool.alloc();
@@ -965,10 +979,50 @@ inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> s
   return t;
 }
 
+template <class SlotAt>
+inline void OrchestratorBase::prefetch_retiring(SlotAt&& at, std::size_t n,
+                                                std::size_t i) const noexcept {
+  // Distances in tasks: the slot's shared and bookkeeping lines (written on other cores, or long
+  // ago), then its outputs array, then the TensorMap index entry and segment of its first output.
+  constexpr std::size_t kSlot = 16;
+  constexpr std::size_t kOutputs = 8;
+  constexpr std::size_t kIndex = 4;
+  constexpr std::size_t kSegment = 2;
+  if (i + kSlot < n) {
+    const char* p = reinterpret_cast<const char*>(&at(i + kSlot));
+    __builtin_prefetch(p + detail::kCacheLine, 1, 3);
+    __builtin_prefetch(p + 2 * detail::kCacheLine, 1, 3);
+  }
+  if (i + kOutputs < n) {
+    const Slot& s = at(i + kOutputs);
+    if (!s.outputs.empty()) __builtin_prefetch(s.outputs.data(), 0, 3);
+  }
+  if (i + kIndex < n) {
+    const Slot& s = at(i + kIndex);
+    if (!s.outputs.empty()) tmap_.prefetch(s.outputs[0].space, s.outputs[0].begin);
+  }
+  if (i + kSegment < n) {
+    const Slot& s = at(i + kSegment);
+    if (!s.outputs.empty()) tmap_.prefetch_segment(s.outputs[0].space, s.outputs[0].begin);
+  }
+}
+
+inline void OrchestratorBase::release_frame(std::vector<TaskSlot>& frame) noexcept {
+  const auto at = [&](std::size_t k) -> const Slot& { return core_.pool.at(frame[k]); };
+  for (std::size_t i = 0; i < frame.size(); ++i) {
+    prefetch_retiring(at, frame.size(), i);
+    release_ref(core_.pool.at(frame[i]));
+  }
+  frame.clear();
+}
+
 inline void OrchestratorBase::compact_frame(std::size_t d) noexcept {
   auto& frame = frames_[d];
   std::size_t kept = 0;
-  for (const TaskSlot id : frame) {
+  const auto at = [&](std::size_t k) -> const Slot& { return core_.pool.at(frame[k]); };
+  for (std::size_t i = 0; i < frame.size(); ++i) {
+    prefetch_retiring(at, frame.size(), i);
+    const TaskSlot id = frame[i];
     Slot& s = core_.pool.at(id);
     // Finished (acquire: its outcome is final once its consumer list is closed), succeeded, and
     // no heap bytes that a later task of this scope may still use: the scope's reference is all
@@ -1009,9 +1063,7 @@ inline void OrchestratorBase::scope_end() {
     throw UsageError("Orchestrator::scope_end: no scope is open (scope_end without scope_begin)");
   }
   --depth_;
-  auto& frame = frames_[static_cast<std::size_t>(depth_)];
-  for (TaskSlot id : frame) release_ref(core_.pool.at(id));
-  frame.clear();
+  release_frame(frames_[static_cast<std::size_t>(depth_)]);
   drain_retired();
 }
 
@@ -1075,10 +1127,22 @@ inline void OrchestratorBase::retire(Slot& s) noexcept {
 }
 
 inline void OrchestratorBase::drain_retired() noexcept {
-  for (Slot* s = core_.retire_inbox.take_fifo(); s != nullptr;) {
-    Slot* n = s->next;
-    retire(*s);
-    s = n;
+  // Newest first: the order of retirements does not matter. In batches, so the links (one miss
+  // after another) are followed first, asking for each slot's other lines on the way, and the
+  // retirements then overlap the misses of the tasks a little further on.
+  std::array<Slot*, 64> batch;
+  Slot* s = core_.retire_inbox.take_lifo();
+  while (s != nullptr) {
+    std::size_t n = 0;
+    for (; s != nullptr && n < batch.size(); s = s->next) {
+      __builtin_prefetch(reinterpret_cast<const char*>(s) + detail::kCacheLine, 1, 3);
+      batch[n++] = s;
+    }
+    const auto at = [&](std::size_t k) -> const Slot& { return *batch[k]; };
+    for (std::size_t i = 0; i < n; ++i) {
+      prefetch_retiring(at, n, i);
+      retire(*batch[i]);
+    }
   }
 }
 
@@ -1093,9 +1157,7 @@ inline int OrchestratorBase::finish_run() noexcept {
   const int left_open = depth_ - 1;
   while (depth_ > 0) {
     --depth_;
-    auto& frame = frames_[static_cast<std::size_t>(depth_)];
-    for (TaskSlot id : frame) release_ref(core_.pool.at(id));
-    frame.clear();
+    release_frame(frames_[static_cast<std::size_t>(depth_)]);
   }
   // The run's fence: every task it submitted has finished and released its last reference.
   // Sleep until the scheduler is idle with nothing left in its inbox (then every published task

@@ -186,6 +186,8 @@ class SlotPool {
     --live_;
   }
   [[nodiscard]] std::uint32_t live() const noexcept { return live_; }
+  /// No free slot left: the next alloc() adds a chunk.
+  [[nodiscard]] bool exhausted() const noexcept { return free_.empty(); }
   [[nodiscard]] std::uint32_t capacity() const noexcept { return chunk_count_ * kChunkSize; }
 
  private:
