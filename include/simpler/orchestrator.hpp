@@ -216,9 +216,11 @@ class OrchestratorBase {
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
   /// Hands a ready task to the scheduler's pass: a single one through the ready ring, with its
-  /// routing fields (the pass then need not read its slot); a group, or any task when the ring
-  /// is full, through the ready inbox.
+  /// routing fields (the pass then need not read its slot); a group, a poisoned task, or any
+  /// task when the ring is full, through the ready inbox.
   void hand_over_ready(detail::Slot& s) noexcept;
+  /// Drains the retire inbox when the slot pool has no free slot left (before alloc grows it).
+  void reclaim_before_growing() noexcept;
   void dispatch_published() noexcept;
   /// Drops the reference of the scope at depth `d` + 1 on each of its tasks that finished,
   /// succeeded and owns no heap bytes (a flat run stays bounded by the tasks in flight).

@@ -381,10 +381,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     compact_frame(static_cast<std::size_t>(depth_ - 1));
     drain_retired();
   }
-  // Retirements are collected in batches (see the end of submit): before growing the pool,
-  // take back what finished.
-  if (core_.pool.exhausted() && !core_.retire_inbox.empty()) [[unlikely]]
-    drain_retired();
+  reclaim_before_growing();
   Slot* sp = nullptr;
   try {
     sp = &core_.pool.alloc();
@@ -736,14 +733,21 @@ inline void OrchestratorBase::publish(Slot& s) {
 }
 
 inline void OrchestratorBase::hand_over_ready(Slot& s) noexcept {
-  // Its producers are done (or it had none), so `poisoned` is final: the pending decrement that
-  // made it ready acquired their flags.
-  if (!s.is_group() && core_.ready_ring.push({s.id, s.target0, s.role, s.callable_kind,
-                                              s.poisoned.load(std::memory_order_relaxed)})) {
-    return;  // seq_cst: publishes the task data
+  // A group, or a task a failed producer poisoned (it is skipped: the inbox's taker reads the
+  // slot, as for any skip), takes the inbox. `poisoned` is final here: the pending decrement
+  // that made the task ready acquired its producers' flags.
+  if (!s.is_group() && !s.poisoned.load(std::memory_order_relaxed)) {
+    if (core_.ready_ring.push({s.id, s.target0, s.role, s.callable_kind})) return;  // seq_cst
+    core_.stats.ready_overflows.add();
   }
-  if (!s.is_group()) core_.stats.ready_overflows.add();
-  core_.ready_inbox.push(&s);  // a group, or the ring is full (seq_cst as well)
+  core_.ready_inbox.push(&s);  // seq_cst as well
+}
+
+inline void OrchestratorBase::reclaim_before_growing() noexcept {
+  // Retirements are collected in batches (see the end of submit): before the pool grows, take
+  // back what finished.
+  if (core_.pool.exhausted() && !core_.retire_inbox.empty()) [[unlikely]]
+    drain_retired();
 }
 
 // An awake scheduler thread takes what was published (it is polling, or in a pass and looks again
@@ -947,10 +951,7 @@ inline ContinuousTensor OrchestratorBase::alloc(std::span<const std::uint32_t> s
   }
   const int ring = ring_for_depth();
   const auto a = heap_alloc(ring, detail::HeapRing::round_up(bytes), "alloc");
-  // Retirements are collected in batches (see the end of submit): before growing the pool,
-  // take back what finished.
-  if (core_.pool.exhausted() && !core_.retire_inbox.empty()) [[unlikely]]
-    drain_retired();
+  reclaim_before_growing();
   Slot* sp = nullptr;
   try {
     sp = &core_.pool.alloc();

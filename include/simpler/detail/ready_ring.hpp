@@ -20,13 +20,12 @@
 
 namespace simpler::detail {
 
-/// A ready single task (not a group) and its routing fields, copied from its slot.
+/// A ready single task (not a group, not poisoned) and its routing fields, copied from its slot.
 struct ReadyRecord {
   TaskSlot slot;
   WorkerId target;  ///< any_worker = the scheduler picks
   Role role;
   CallableKind kind;
-  bool poisoned;  ///< a producer failed: the task is skipped
 };
 
 class ReadyRing {

@@ -321,7 +321,7 @@ inline void SchedulerCore::became_ready(Slot& s) {
 
 // The Orchestrator stored Ready already, and the slot is not read: see ReadyRing.
 inline void SchedulerCore::became_ready(const ReadyRecord& r) {
-  if (r.poisoned || core_.run.cancelled()) {
+  if (core_.run.cancelled()) {
     worklist_.push_back({r.slot, Outcome::Skipped});
     return;
   }
