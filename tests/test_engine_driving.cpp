@@ -7,6 +7,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -20,6 +22,7 @@
 
 #include <simpler/simpler.hpp>
 
+#include "support/child_modes.hpp"
 #include "support/gate.hpp"
 #include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
@@ -326,4 +329,193 @@ TEST_CASE(
   CHECK(st.ready_overflows > 0);
   CHECK(st.tasks_completed == runs * kTasks);
   CHECK(st.tasks_in_flight == 0);
+}
+
+TEST_CASE("an idle lane runs the scheduler's pass itself and starts what it finds",
+          "[engine][driving][lane-pass]") {
+  // A lane with nothing posted takes the pass token when something arrived (as the
+  // Orchestrator does) and posts the ready tasks, to itself among others. Over a few runs of
+  // many short tasks a lane finds the inbox non-empty before the scheduler thread does.
+  Worker w(thread_options(2));
+  std::atomic<std::uint64_t> ran{0};
+  auto count = w.register_sub("count", [&](TaskArgsView) { ran.fetch_add(1); });
+  auto add = w.register_sub("add", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });
+  w.init();
+  std::vector<std::int64_t> cells(8, 0);
+  const auto lane_passes = [&] {
+    std::uint64_t n = 0;
+    for (const LaneStats& l : w.stats().lanes) n += l.passes;
+    return n;
+  };
+  constexpr std::uint64_t kTasks = 4'096;
+  std::uint64_t runs = 0;
+  while (lane_passes() == 0 && runs < 50) {
+    ran = 0;
+    std::fill(cells.begin(), cells.end(), 0);
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
+      for (std::uint64_t i = 0; i < kTasks; ++i) {
+        if (i % 2 == 0) {
+          o.submit_sub(count);
+        } else {  // chains over 8 cells: successors made ready on lanes
+          o.submit_sub(add, TaskArgs().add_tensor(cell(cells[(i / 2) % 8]), TensorArgType::InOut));
+        }
+      }
+    });
+    ++runs;
+    REQUIRE(ran.load() == kTasks / 2);
+    for (std::int64_t c : cells) REQUIRE(c == static_cast<std::int64_t>(kTasks / 16));
+  }
+  INFO("runs: " << runs);
+  CHECK(lane_passes() > 0);
+  CHECK(w.stats().tasks_completed == runs * kTasks);
+}
+
+TEST_CASE("a deadline a lane's pass starts watching wakes the scheduler thread",
+          "[engine][driving][lane-pass][deadline]") {
+  // "stuck" becomes ready when "slow" completes on the only lane. The Orchestrator sleeps in the
+  // run's fence by then and the scheduler thread sleeps towards its idle tick (200 ms), so the
+  // lane routes "stuck" in its own pass and runs it. The scheduler thread must learn of the
+  // 40 ms deadline that pass started watching, not find it at its next tick.
+  static std::atomic<bool> release{false};
+  release = false;
+  {
+    Worker w(thread_options(1));
+    auto slow = w.register_sub("slow", [](TaskArgsView v) {
+      std::this_thread::sleep_for(20ms);
+      ++*v.tensors[0].as<std::int64_t>();
+    });
+    auto stuck = w.register_sub("stuck", [](TaskArgsView) {
+      const auto end = std::chrono::steady_clock::now() + 30s;
+      while (!release.load() && std::chrono::steady_clock::now() < end) {
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+    w.init();
+    std::int64_t c = 0;
+    CallConfig quick;
+    quick.timeout = 40ms;
+    await_scheduler_asleep(w);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+        orch.submit_sub(slow, TaskArgs().add_tensor(cell(c), TensorArgType::InOut));
+        orch.submit_sub(stuck, TaskArgs().add_tensor(cell(c), TensorArgType::InOut), quick);
+      });
+      FAIL("run() did not throw");
+    } catch (const TaskError& e) {
+      INFO(e.what());
+      CHECK(e.outcome() == Outcome::EndpointFailure);
+      CHECK(e.callable() == "stuck");
+      CHECK_THAT(e.message(), Contains("40 ms"));
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    INFO("the run took " << ms << " ms");
+    CHECK(c == 1);
+    // The lane did the pass that posted "stuck" (the path under test was taken).
+    CHECK(w.stats().lanes.at(0).passes > 0);
+    // A correctness bound, not a speed target: 20 ms of "slow" and a 40 ms deadline, against a
+    // tick up to 200 ms away. The margin is wide for a loaded machine.
+    CHECK(ms < 150.0);
+    CHECK_NOTHROW(w.close());
+  }
+  release = true;
+}
+
+TEST_CASE("Workers stop cleanly while their lanes run idle passes",
+          "[engine][driving][lane-pass]") {
+  // Right after a run returns, the lanes still spin in their idle wait, taking the pass token
+  // when input arrives. Closing the Worker then (the scheduler stops, driving() turns null,
+  // the lanes stop) must neither hang nor lose a task; the run's deadline turns a stranded task
+  // into a failure instead of a hang.
+  for (int round = 0; round < 100; ++round) {
+    Worker w(thread_options(2));
+    std::atomic<std::uint64_t> ran{0};
+    auto count = w.register_sub("count", [&](TaskArgsView) { ran.fetch_add(1); });
+    auto add = w.register_sub("add", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });
+    w.init();
+    std::array<std::int64_t, 4> cells{};
+    CallConfig bounded;
+    bounded.timeout = 10s;
+    w.run(
+        [&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+          for (int i = 0; i < 256; ++i) {
+            if (i % 2 == 0) {
+              orch.submit_sub(count);
+            } else {
+              orch.submit_sub(
+                  add, TaskArgs().add_tensor(cell(cells[(i / 2) % 4]), TensorArgType::InOut));
+            }
+          }
+        },
+        TaskArgs(), bounded);
+    REQUIRE(ran.load() == 128);
+    for (std::int64_t v : cells) REQUIRE(v == 32);
+    if (round % 2 == 0) {
+      w.close();  // explicitly, then the destructor: both paths stop the scheduler
+    }
+  }
+}
+
+TEST_CASE("a task an idle lane's pass routes to any worker goes to that lane first",
+          "[engine][driving][lane-pass]") {
+  // "after" becomes ready when "first" completes on sub worker 1. Its deadline keeps it off the
+  // lane's own successor path, so it goes through the inbox, and lane 1 routes it in its idle
+  // pass while lane 0 and the scheduler thread sleep. Lane 1 is awake and on a core: it takes
+  // the task itself rather than waking lane 0 (which is first in the lane table).
+  Worker w(thread_options(2));
+  auto first = w.register_sub("first", [](TaskArgsView v) {
+    std::this_thread::sleep_for(20ms);
+    ++*v.tensors[0].as<std::int64_t>();
+  });
+  auto after = w.register_sub("after", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });
+  w.init();
+  std::int64_t c = 0;
+  CallConfig watched;
+  watched.timeout = 10s;
+  await_scheduler_asleep(w);
+  w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+    orch.submit_sub(first, TaskArgs().add_tensor(cell(c), TensorArgType::InOut), WorkerId{1});
+    orch.submit_sub(after, TaskArgs().add_tensor(cell(c), TensorArgType::InOut), watched);
+  });
+  CHECK(c == 2);
+  const WorkerStats st = w.stats();
+  REQUIRE(st.lanes.size() == 2);
+  INFO("lane 0 ran " << st.lanes[0].submitted << ", lane 1 ran " << st.lanes[1].submitted
+                     << ", lane 1 passes " << st.lanes[1].passes);
+  CHECK(st.lanes[1].passes > 0);
+  CHECK(st.lanes[0].submitted == 0);
+  CHECK(st.lanes[1].submitted == 2);
+}
+
+TEST_CASE("an idle forked child's lane runs the scheduler's pass too",
+          "[engine][driving][lane-pass][fork]") {
+  // The pipelined lane loop (forked children) takes the pass in its idle wait like a thread
+  // lane. Each run must complete every task exactly once, whoever routed it.
+  Worker w(options_for<InProcesses>(2));
+  auto nop = w.register_sub("nop", [](TaskArgsView) {});
+  w.init();
+  const auto lane_passes = [&] {
+    std::uint64_t n = 0;
+    for (const LaneStats& l : w.stats().lanes) n += l.passes;
+    return n;
+  };
+  constexpr std::uint64_t kTasks = 2'048;
+  CallConfig bounded;
+  bounded.timeout = 30s;
+  std::uint64_t runs = 0;
+  while (lane_passes() == 0 && runs < 50) {
+    w.run(
+        [&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
+          for (std::uint64_t i = 0; i < kTasks; ++i) o.submit_sub(nop);
+        },
+        TaskArgs(), bounded);
+    ++runs;
+    const WorkerStats st = w.stats();
+    REQUIRE(st.tasks_completed == runs * kTasks);
+    REQUIRE(st.tasks_failed == 0);
+    REQUIRE(st.tasks_in_flight == 0);
+  }
+  INFO("runs: " << runs);
+  CHECK(lane_passes() > 0);
 }

@@ -51,7 +51,7 @@ class Scheduler {
       loop_.prepare();
       for_each_lane([](auto& l) { l.start(); });
       thread_ = std::thread([this] { loop_.run_loop(); });
-      core_.driver = &loop_;
+      core_.driver.store(&loop_, std::memory_order_release);
     } catch (...) {
       stop();
       throw;
@@ -62,7 +62,7 @@ class Scheduler {
   /// at a deadline is not joined (its thread may never return): it is detached and the lane
   /// kept alive for the rest of the process (see lost_lanes()).
   void stop() noexcept {
-    core_.driver = nullptr;
+    core_.driver.store(nullptr, std::memory_order_release);
     if (thread_.joinable()) {
       core_.stop.store(true, std::memory_order_seq_cst);
       core_.notify_scheduler();

@@ -31,6 +31,9 @@ struct LaneStats {
   std::uint64_t failed = 0;   ///< ... that failed (the callable threw, the child died, a deadline)
   std::uint64_t skipped = 0;  ///< ... skipped there (the run was cancelled before they started)
   std::uint64_t in_flight = 0;  ///< ... not finished yet (queued on the lane or running)
+  /// Scheduler passes (ones that found work) this lane's thread ran while it was idle, instead
+  /// of waiting for the scheduler thread to post its next task. Diagnostics.
+  std::uint64_t passes = 0;
 };
 
 /// One heap ring (orch.alloc and auto-allocated outputs; one ring per scope depth).

@@ -15,6 +15,7 @@
 
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/engine_core.hpp"
+#include "simpler/detail/scheduler_core.hpp"
 #include "simpler/leaf/leaf.hpp"
 #include "simpler/log.hpp"
 #include "simpler/orchestrator.hpp"
@@ -106,10 +107,18 @@ class WorkerThread : public detail::LaneCore {
   void loop() noexcept {
     std::uint32_t taken = 0;
     for (;;) {
+      // An idle lane runs the scheduler's pass itself when it has input (taking the same token
+      // the scheduler thread and the Orchestrator take): a task it posts to this lane starts
+      // without a hop through the scheduler thread.
+      const auto posted_or_stopping = [&] {
+        return posted.load(std::memory_order_seq_cst) != taken ||
+               stopping.load(std::memory_order_seq_cst);
+      };
       const bool got = wake.await(
           [&] {
-            return posted.load(std::memory_order_seq_cst) != taken ||
-                   stopping.load(std::memory_order_seq_cst);
+            if (posted_or_stopping()) return true;
+            if (detail::SchedulerCore* d = core_.driving()) d->try_pass(stat_passes, this);
+            return posted_or_stopping();
           },
           core_.timing.spin, std::chrono::steady_clock::now() + std::chrono::seconds(1));
       if (!got) continue;
@@ -140,12 +149,36 @@ class WorkerThread : public detail::LaneCore {
         completed.store(taken, std::memory_order_seq_cst);
         if (!queued.exchange(true, std::memory_order_seq_cst)) {
           core_.done.push(this);
+          owe_signal_ = true;
+        }
+        avail = posted.load(std::memory_order_seq_cst);
+        // Going idle: the pass below takes what this task pushed. Anything else keeps the lane
+        // busy for a while, so the scheduler thread takes it now.
+        if (next != nullptr || avail != taken) settle_signal();
+        if (next != nullptr) {
+          if (!run_successors(next)) return detach_once();  // as above
+          avail = posted.load(std::memory_order_seq_cst);
+        }
+      }
+      // About to wait: take what this lane pushed with a pass of its own, which leaves the
+      // scheduler thread asleep. Without a running scheduler (stopping), wake its thread.
+      if (owe_signal_) {
+        owe_signal_ = false;
+        if (detail::SchedulerCore* d = core_.driving()) {
+          d->try_pass(stat_passes, this);
+        } else {
           core_.signal_scheduler();
         }
-        if (next != nullptr && !run_successors(next)) return detach_once();  // as above
-        avail = posted.load(std::memory_order_seq_cst);
       }
     }
+  }
+
+  /// Wakes the scheduler thread for what this lane pushed to done or ready_inbox. loop() skips
+  /// that for the last task it had posted, since it does a pass itself before it waits; every
+  /// other path settles at once.
+  void settle_signal() noexcept {
+    if (owe_signal_) core_.signal_scheduler();
+    owe_signal_ = false;
   }
 
   /// The loop of a lane whose endpoint keeps several tasks in flight (Pipelines): it sends what
@@ -168,10 +201,16 @@ class WorkerThread : public detail::LaneCore {
       if (sent == taken) {
         auto wait = std::chrono::milliseconds(1000);
         if constexpr (Ticks<Endpoint>) wait = std::min(wait, endpoint_.tick_period());
+        const auto posted_or_stopping = [&] {
+          return posted.load(std::memory_order_seq_cst) != sent ||
+                 stopping.load(std::memory_order_seq_cst);
+        };
         const bool got = wake.await(
             [&] {
-              return posted.load(std::memory_order_seq_cst) != sent ||
-                     stopping.load(std::memory_order_seq_cst);
+              if (posted_or_stopping()) return true;
+              // As in loop(): an idle lane routes what arrived itself.
+              if (detail::SchedulerCore* d = core_.driving()) d->try_pass(stat_passes, this);
+              return posted_or_stopping();
             },
             core_.timing.spin, std::chrono::steady_clock::now() + wait);
         if (!got) {
@@ -241,8 +280,9 @@ class WorkerThread : public detail::LaneCore {
       completed.store(taken, std::memory_order_seq_cst);
       if (!queued.exchange(true, std::memory_order_seq_cst)) {
         core_.done.push(this);
-        core_.signal_scheduler();
+        owe_signal_ = true;
       }
+      settle_signal();
       // A successor kept here (nothing else was in flight): sent at once, no scheduler hop.
       if (next != nullptr && !run_successors(next)) return detach_once();
     }
@@ -261,6 +301,7 @@ class WorkerThread : public detail::LaneCore {
       if (!run_task(*s, 0, local_)) return false;
       stat_lane.count(local_.outcome);
       detail::Slot* next = complete_here(*s, local_);
+      settle_signal();
       if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1)
         core_.orch_wake.notify_all();
       s = next;
@@ -293,7 +334,7 @@ class WorkerThread : public detail::LaneCore {
         handed_over = true;
       }
     });
-    if (handed_over) core_.signal_scheduler();
+    if (handed_over) owe_signal_ = true;
     return keep;
   }
 
@@ -482,7 +523,8 @@ class WorkerThread : public detail::LaneCore {
   std::uint32_t pl_sent_ = 0;
   std::uint32_t pl_taken_ = 0;
   std::thread thread_;
-  Result local_;  // result of a successor run by run_successors
+  Result local_;             // result of a successor run by run_successors
+  bool owe_signal_ = false;  // pushed to done or ready_inbox without waking the scheduler yet
   std::uint64_t watch_seq_ = 0;
   bool shut_ = false;
   std::mutex detach_mu_;  ///< an abandoned lane's thread and stop() both may detach it

@@ -149,8 +149,9 @@ struct EngineCore {
   /// thread or, for one pass, the Orchestrator's). Whoever lets go looks for input again.
   alignas(kCacheLine) std::atomic<std::uint32_t> pass_owner{0};
   /// The scheduler's body while its thread runs (set by Scheduler::start, cleared at stop), so
-  /// the Orchestrator can do a pass itself; null otherwise.
-  SchedulerCore* driver = nullptr;
+  /// the Orchestrator and idle lanes can do a pass themselves; null otherwise. Atomic: lane
+  /// threads read it while Scheduler::start and stop write it (see driving()).
+  std::atomic<SchedulerCore*> driver{nullptr};
 
   alignas(kCacheLine) SlotStack
       retire_inbox;  ///< Scheduler -> Orchestrator: last reference dropped
@@ -171,6 +172,12 @@ struct EngineCore {
 
   EngineStats stats;  ///< counters for BasicWorker::stats()
 
+  /// The scheduler's body, if its thread runs (acquire: pairs with Scheduler::start's store).
+  /// The SchedulerCore outlives every lane thread, so a pointer read before stop() cleared it
+  /// stays usable.
+  [[nodiscard]] SchedulerCore* driving() const noexcept {
+    return driver.load(std::memory_order_acquire);
+  }
   /// Nothing published is waiting for the scheduler's pass to take it. Any thread.
   [[nodiscard]] bool ready_empty() const noexcept {
     return ready_ring.empty() && ready_inbox.empty();

@@ -141,6 +141,7 @@ struct LaneCore {
   alignas(kCacheLine) OutcomeCounters stat_lane;
   OutcomeCounters stat_tasks;
   StatCounter stat_kept;
+  StatCounter stat_passes;  ///< scheduler passes (that took work) this lane ran while idle
 };
 
 /// Lanes with results to collect (each lane is on it at most once: see LaneCore::queued).

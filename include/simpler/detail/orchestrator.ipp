@@ -760,8 +760,9 @@ inline void OrchestratorBase::reclaim_before_growing() noexcept {
 // ns/task in two A/B pairs on a noisy machine).
 inline void OrchestratorBase::dispatch_published() noexcept {
   if (!core_.sched_wake.has_waiters()) return;
-  if (core_.driver != nullptr && core_.pool.live() <= kInlineDispatchLive) {
-    core_.driver->try_pass();
+  detail::SchedulerCore* d = core_.driving();
+  if (d != nullptr && core_.pool.live() <= kInlineDispatchLive) {
+    d->try_pass(core_.stats.orch_passes);
   } else {
     core_.notify_scheduler();
   }
@@ -1173,7 +1174,8 @@ inline int OrchestratorBase::finish_run() noexcept {
   // tasks retire) and collects them itself: otherwise those would wake the scheduler thread
   // after the run, to compete with the next one for the cores.
   const bool traced = trace_level_ != 0 || dag_ != nullptr;
-  const bool drives = core_.driver != nullptr;
+  detail::SchedulerCore* const driver = core_.driving();
+  const bool drives = driver != nullptr;
   const auto done = [&] {
     return core_.pool.live() == 0 && (!(traced || drives) || workers_idle());
   };
@@ -1185,12 +1187,12 @@ inline int OrchestratorBase::finish_run() noexcept {
     if (drives) {
       core_.orch_polling.store(true, std::memory_order_seq_cst);
       const auto drive = [&] {
-        core_.driver->try_pass();
+        driver->try_pass(core_.stats.orch_passes);
         return settled();
       };
       ok = detail::EventCount::spin_until(drive, core_.timing.spin);
       core_.orch_polling.store(false, std::memory_order_seq_cst);
-      core_.driver->try_pass();
+      driver->try_pass(core_.stats.orch_passes);
     }
     if (!ok) {
       // Spun already when it polled: sleep now.

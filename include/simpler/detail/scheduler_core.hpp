@@ -24,11 +24,13 @@ class SchedulerCore {
   void prepare();
   /// The scheduler thread's body: returns once EngineCore::stop is set and no lane is busy.
   void run_loop() noexcept;
-  /// The Orchestrator's thread does the scheduler's work itself, when nobody else is doing it:
-  /// takes what arrived and dispatches it. Returns at once when the scheduler thread holds the
-  /// pass (it looks again after its pass, so nothing is left behind). Saves a hand-off per
-  /// submitted task and leaves the scheduler thread asleep (see EngineCore::pass_owner).
-  void try_pass() noexcept;
+  /// The Orchestrator's thread, or an idle lane's, does the scheduler's work itself when nobody
+  /// else is doing it: takes what arrived and dispatches it. Returns at once when another thread
+  /// holds the pass (it looks again after its pass, so nothing is left behind). Saves a hand-off
+  /// per task and leaves the scheduler thread asleep (see EngineCore::pass_owner). `passes`
+  /// counts the passes that took work (the caller's own counter: one writer each). An idle lane
+  /// passes itself as `self`: shared-queue tasks go to it first (it is awake and on a core).
+  void try_pass(StatCounter& passes, LaneCore* self = nullptr) noexcept;
 
  private:
   struct RoleQueues {
@@ -100,6 +102,7 @@ class SchedulerCore {
     --queued_;
     return q.pop_front();
   }
+  LaneCore* self_ = nullptr;        // the lane doing this pass, if a lane does (try_pass)
   std::vector<LaneCore*> touched_;  // lanes with staged, unpublished posts  // bumped by route();
                                     // dispatch repeats while it moves
 };

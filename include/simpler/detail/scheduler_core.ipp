@@ -71,12 +71,14 @@ inline bool SchedulerCore::pass() {
   return arrived || finished;
 }
 
-inline void SchedulerCore::try_pass() noexcept {
+inline void SchedulerCore::try_pass(StatCounter& passes, LaneCore* self) noexcept {
   // The holder looks for input again after it lets go (both sides: pushes and the token are
   // seq_cst), so giving up when the token is taken cannot strand a task.
   while (has_input() && acquire()) {
     const auto check_before = next_check_;
-    if (pass()) core_.stats.orch_passes.add();
+    self_ = self;
+    if (pass()) passes.add();
+    self_ = nullptr;
     // A deadline this pass started watching may come before the one the scheduler thread
     // sleeps towards: wake it to look (only with deadlines in play).
     const bool earlier = next_check_ < check_before;
@@ -530,13 +532,23 @@ inline void SchedulerCore::dispatch_shared(RoleQueues& q, CallableKind kind) {
   // With a long shared queue every lane stays busy for a while anyway: prefetch deeper.
   const std::size_t backlog = any.size() / capable;
   const std::uint32_t max_depth = backlog >= 4 * LaneCore::kDepth ? LaneCore::kDepth : kAnyDepth;
+  const auto top_up = [&](LaneCore* l, std::uint32_t depth) {
+    if (l->reserved || (l->runs & bit) == 0 || l->dead.load(std::memory_order_relaxed)) return;
+    while (l->inflight < depth && !any.empty()) {
+      const TaskSlot id = pop(any);
+      if (!skip_if_cancelled(core_.pool.at(id))) post(*l, id, 0);
+    }
+  };
+  // A lane doing this pass is awake and on a core: it goes first (no wake-up, no cache lines
+  // moving to another core for a task it can start now).
+  LaneCore* const first =
+      self_ != nullptr && self_->index < q.lanes->size() && (*q.lanes)[self_->index] == self_
+          ? self_
+          : nullptr;
   for (std::uint32_t depth = 1; depth <= max_depth && !any.empty(); ++depth) {
+    if (first != nullptr) top_up(first, depth);
     for (LaneCore* l : *q.lanes) {
-      if (l->reserved || (l->runs & bit) == 0 || l->dead.load(std::memory_order_relaxed)) continue;
-      while (l->inflight < depth && !any.empty()) {
-        const TaskSlot id = pop(any);
-        if (!skip_if_cancelled(core_.pool.at(id))) post(*l, id, 0);
-      }
+      if (l != first) top_up(l, depth);
     }
   }
 }
