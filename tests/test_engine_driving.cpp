@@ -50,6 +50,21 @@ void await_scheduler_asleep(Worker& w) {
   REQUIRE(asleep);
 }
 
+/// Runs `orch` on `w`, which must throw a TaskError with `outcome` from `callable` whose message
+/// contains `needle`.
+void run_fails_with(Worker& w, const Worker::OrchFunction& orch, Outcome outcome,
+                    const std::string& callable, const std::string& needle) {
+  try {
+    w.run(orch);
+    FAIL("run() did not throw");
+  } catch (const TaskError& e) {
+    INFO(e.what());
+    CHECK(e.outcome() == outcome);
+    CHECK(e.callable() == callable);
+    CHECK_THAT(e.message(), Contains(needle));
+  }
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -148,22 +163,17 @@ TEST_CASE("failures and skips end the same way when the orchestration thread run
     submitted = std::make_unique<Gate>();
     std::int64_t x = 0;
     std::int64_t y = 0;
-    try {
-      w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
-        orch.submit_sub(fails, TaskArgs().add_tensor(cell(x), TensorArgType::OutputExisting));
-        orch.submit_sub(count, TaskArgs().add_tensor(cell(x), TensorArgType::InOut));  // skipped
-        orch.submit_sub(count, TaskArgs().add_tensor(cell(x), TensorArgType::InOut));  // skipped
-        orch.submit_sub(count, TaskArgs().add_tensor(cell(y), TensorArgType::InOut));  // runs
-        orch.submit_sub_group(count, {TaskArgs(), TaskArgs()}, {0, 1});                // runs
-        submitted->open();
-      });
-      FAIL("run() did not throw");
-    } catch (const TaskError& e) {
-      INFO(e.what());
-      CHECK(e.outcome() == Outcome::TaskFailure);
-      CHECK(e.callable() == "fails");
-      CHECK_THAT(e.message(), Contains("boom"));
-    }
+    run_fails_with(
+        w,
+        [&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+          orch.submit_sub(fails, TaskArgs().add_tensor(cell(x), TensorArgType::OutputExisting));
+          orch.submit_sub(count, TaskArgs().add_tensor(cell(x), TensorArgType::InOut));  // skipped
+          orch.submit_sub(count, TaskArgs().add_tensor(cell(x), TensorArgType::InOut));  // skipped
+          orch.submit_sub(count, TaskArgs().add_tensor(cell(y), TensorArgType::InOut));  // runs
+          orch.submit_sub_group(count, {TaskArgs(), TaskArgs()}, {0, 1});                // runs
+          submitted->open();
+        },
+        Outcome::TaskFailure, "fails", "boom");
     CHECK(x == 0);
     CHECK(y == 1);
     CHECK(ran == 3);  // y's task and both group members
@@ -249,15 +259,9 @@ TEST_CASE("a deadline the orchestration thread's pass starts watching wakes the 
     w.init();
     await_scheduler_asleep(w);  // its next idle tick is up to 200 ms away
     const auto t0 = std::chrono::steady_clock::now();
-    try {
-      w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) { orch.submit_sub(stuck); });
-      FAIL("run() did not throw");
-    } catch (const TaskError& e) {
-      INFO(e.what());
-      CHECK(e.outcome() == Outcome::EndpointFailure);
-      CHECK(e.callable() == "stuck");
-      CHECK_THAT(e.message(), Contains("40 ms"));
-    }
+    run_fails_with(
+        w, [&](Orchestrator& orch, TaskArgsView, const CallConfig&) { orch.submit_sub(stuck); },
+        Outcome::EndpointFailure, "stuck", "40 ms");
     const auto took = std::chrono::steady_clock::now() - t0;
     const double ms = std::chrono::duration<double, std::milli>(took).count();
     INFO("the run took " << ms << " ms");
@@ -396,18 +400,13 @@ TEST_CASE("a deadline a lane's pass starts watching wakes the scheduler thread",
     quick.timeout = 40ms;
     await_scheduler_asleep(w);
     const auto t0 = std::chrono::steady_clock::now();
-    try {
-      w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
-        orch.submit_sub(slow, TaskArgs().add_tensor(cell(c), TensorArgType::InOut));
-        orch.submit_sub(stuck, TaskArgs().add_tensor(cell(c), TensorArgType::InOut), quick);
-      });
-      FAIL("run() did not throw");
-    } catch (const TaskError& e) {
-      INFO(e.what());
-      CHECK(e.outcome() == Outcome::EndpointFailure);
-      CHECK(e.callable() == "stuck");
-      CHECK_THAT(e.message(), Contains("40 ms"));
-    }
+    run_fails_with(
+        w,
+        [&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+          orch.submit_sub(slow, TaskArgs().add_tensor(cell(c), TensorArgType::InOut));
+          orch.submit_sub(stuck, TaskArgs().add_tensor(cell(c), TensorArgType::InOut), quick);
+        },
+        Outcome::EndpointFailure, "stuck", "40 ms");
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     INFO("the run took " << ms << " ms");
