@@ -38,14 +38,21 @@ ContinuousTensor cell(std::int64_t& v) {
   return make_tensor(std::span<std::int64_t>(&v, 1));
 }
 
-/// Waits (up to 10 s) until the scheduler thread sleeps. It stays asleep until something wakes
-/// it, or until its idle tick (200 ms) makes it look around once and sleep again (spin 0).
+/// Waits (up to 10 s) until the scheduler thread and every lane sleep. The scheduler thread
+/// stays asleep until something wakes it, or until its idle tick (200 ms) makes it look around
+/// once and sleep again (spin 0); a lane likewise every second. A lane still awake would run the
+/// next run's first pass itself (idle lanes take the pass too).
 void await_scheduler_asleep(Worker& w) {
+  const auto quiet = [&] {  // read once per look: each wakes at its tick
+    bool asleep = w.scheduler().asleep();
+    w.scheduler().for_each_lane([&](auto& l) { asleep = asleep && l.wake.has_waiters(); });
+    return asleep;
+  };
   const auto end = std::chrono::steady_clock::now() + 10s;
-  bool asleep = w.scheduler().asleep();  // read once per look: it wakes at every tick
+  bool asleep = quiet();
   while (!asleep && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(100us);
-    asleep = w.scheduler().asleep();
+    asleep = quiet();
   }
   REQUIRE(asleep);
 }
