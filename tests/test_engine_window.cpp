@@ -222,8 +222,10 @@ TEST_CASE("the run's deadline bounds a wait for the task window", "[engine][wind
   WorkerOptions opts = window_options(1, 2);
   opts.run_timeout = std::chrono::milliseconds(200);  // well before heap_wait (10 s)
   Worker w(opts);
-  Gate gate;
-  auto blocked = w.register_sub("blocked", [&](TaskArgsView) { gate.wait(); });
+  // Static: the run's deadline abandons the lane, whose thread may still be inside wait() (or
+  // unlocking the gate's mutex) when this test returns.
+  static Gate gate;
+  auto blocked = w.register_sub("blocked", [](TaskArgsView) { gate.wait(); });
   w.init();
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_MATCHES(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
