@@ -38,23 +38,45 @@ ContinuousTensor cell(std::int64_t& v) {
   return make_tensor(std::span<std::int64_t>(&v, 1));
 }
 
+/// Polls `quiet` every 100 us until it holds, up to 10 s; returns whether it did. For waiting
+/// until given engine threads sleep: they go to sleep only when nothing else wants the core.
+template <class Quiet>
+bool await_quiet(Quiet quiet) {
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  bool ok = quiet();
+  while (!ok && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(100us);
+    ok = quiet();
+  }
+  return ok;
+}
+
+/// Lanes of `w` awake now (not asleep or about to sleep).
+int lanes_awake(Worker& w) {
+  int awake = 0;
+  w.scheduler().for_each_lane([&](auto& l) { awake += l.wake.has_waiters() ? 0 : 1; });
+  return awake;
+}
+
 /// Waits (up to 10 s) until the scheduler thread and every lane sleep. The scheduler thread
 /// stays asleep until something wakes it, or until its idle tick (200 ms) makes it look around
 /// once and sleep again (spin 0); a lane likewise every second. A lane still awake would run the
 /// next run's first pass itself (idle lanes take the pass too).
 void await_scheduler_asleep(Worker& w) {
-  const auto quiet = [&] {  // read once per look: each wakes at its tick
-    bool asleep = w.scheduler().asleep();
-    w.scheduler().for_each_lane([&](auto& l) { asleep = asleep && l.wake.has_waiters(); });
-    return asleep;
-  };
-  const auto end = std::chrono::steady_clock::now() + 10s;
-  bool asleep = quiet();
-  while (!asleep && std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(100us);
-    asleep = quiet();
+  // Read once per look: each wakes at its tick.
+  REQUIRE(await_quiet([&] { return w.scheduler().asleep() && lanes_awake(w) == 0; }));
+}
+
+/// From inside a task: waits (up to 10 s) until the run's Orchestrator (in the run's final wait
+/// by then) and the scheduler thread sleep and no lane but the caller's is awake, so the pass
+/// that routes what this task makes ready is the caller's lane's own. Throws when they do not
+/// (the task fails, and the test with it).
+void await_only_this_lane_awake(Worker& w) {
+  if (!await_quiet([&] {
+        return w.scheduler().orchestrator_asleep() && w.scheduler().asleep() && lanes_awake(w) <= 1;
+      })) {
+    throw std::runtime_error("the Orchestrator, the scheduler or another lane stayed awake");
   }
-  REQUIRE(asleep);
 }
 
 /// Runs `orch` on `w`, which must throw a TaskError with `outcome` from `callable` whose message
@@ -383,16 +405,17 @@ TEST_CASE("an idle lane runs the scheduler's pass itself and starts what it find
 
 TEST_CASE("a deadline a lane's pass starts watching wakes the scheduler thread",
           "[engine][driving][lane-pass][deadline]") {
-  // "stuck" becomes ready when "slow" completes on the only lane. The Orchestrator sleeps in the
-  // run's fence by then and the scheduler thread sleeps towards its idle tick (200 ms), so the
+  // "stuck" becomes ready when "slow" completes on the only lane. "slow" waits until the
+  // Orchestrator sleeps in the run's final wait and the scheduler thread sleeps towards its idle
+  // tick (200 ms), so the
   // lane routes "stuck" in its own pass and runs it. The scheduler thread must learn of the
   // 40 ms deadline that pass started watching, not find it at its next tick.
   static std::atomic<bool> release{false};
   release = false;
   {
     Worker w(thread_options(1));
-    auto slow = w.register_sub("slow", [](TaskArgsView v) {
-      std::this_thread::sleep_for(20ms);
+    auto slow = w.register_sub("slow", [&w](TaskArgsView v) {
+      await_only_this_lane_awake(w);
       ++*v.tensors[0].as<std::int64_t>();
     });
     auto stuck = w.register_sub("stuck", [](TaskArgsView) {
@@ -420,8 +443,9 @@ TEST_CASE("a deadline a lane's pass starts watching wakes the scheduler thread",
     CHECK(c == 1);
     // The lane did the pass that posted "stuck" (the path under test was taken).
     CHECK(w.stats().lanes.at(0).passes > 0);
-    // A correctness bound, not a speed target: 20 ms of "slow" and a 40 ms deadline, against a
-    // tick up to 200 ms away. The margin is wide for a loaded machine.
+    // A correctness bound, not a speed target: "slow" waits for the others to sleep (a few ms)
+    // and "stuck" has a 40 ms deadline, against a tick up to 200 ms away. The margin is wide
+    // for a loaded machine.
     CHECK(ms < 150.0);
     CHECK_NOTHROW(w.close());
   }
@@ -467,11 +491,12 @@ TEST_CASE("a task an idle lane's pass routes to any worker goes to that lane fir
           "[engine][driving][lane-pass]") {
   // "after" becomes ready when "first" completes on sub worker 1. Its deadline keeps it off the
   // lane's own successor path, so it goes through the inbox, and lane 1 routes it in its idle
-  // pass while lane 0 and the scheduler thread sleep. Lane 1 is awake and on a core: it takes
-  // the task itself rather than waking lane 0 (which is first in the lane table).
+  // pass while lane 0, the Orchestrator and the scheduler thread sleep ("first" waits for that).
+  // Lane 1 is awake and on a core: it takes the task itself rather than waking lane 0 (which is
+  // first in the lane table).
   Worker w(thread_options(2));
-  auto first = w.register_sub("first", [](TaskArgsView v) {
-    std::this_thread::sleep_for(20ms);
+  auto first = w.register_sub("first", [&w](TaskArgsView v) {
+    await_only_this_lane_awake(w);
     ++*v.tensors[0].as<std::int64_t>();
   });
   auto after = w.register_sub("after", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });

@@ -76,6 +76,9 @@ class Scheduler {
   /// Orchestrator publishes while few are alive is dispatched on the Orchestrator's thread
   /// (docs/engine.md, "The Orchestrator runs passes"). Diagnostics and tests; any thread.
   [[nodiscard]] bool asleep() const noexcept { return core_.sched_wake.has_waiters(); }
+  /// Whether the thread running the Orchestrator is asleep, or about to sleep, waiting on the
+  /// engine (the end of a run, a full task window or heap). Diagnostics and tests; any thread.
+  [[nodiscard]] bool orchestrator_asleep() const noexcept { return core_.orch_wake.has_waiters(); }
 
   /// Lanes abandoned at a deadline whose threads were detached at stop().
   [[nodiscard]] std::size_t lost_lanes() const noexcept { return lost_; }
