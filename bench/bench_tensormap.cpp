@@ -208,7 +208,9 @@ struct HashContender {
 
 std::size_t heap_in_use() {
   const struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;  // small blocks and mmap()ed ones
+  // Small blocks and malloc's mmap()ed ones, and what the TensorMap maps itself (big_alloc:
+  // its index and pools in huge-page blocks, which malloc does not see).
+  return mi.uordblks + mi.hblkhd + simpler::detail::big_bytes_mapped();
 }
 
 int run(int argc, char** argv) {

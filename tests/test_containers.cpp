@@ -1,5 +1,6 @@
 // Tests for the detail containers: SmallVec (inline-storage vector), RingBuffer (FIFO),
-// OrderedIndex (B+ tree) and ReadyRing (the Orchestrator's bounded hand-off to the scheduler).
+// OrderedIndex (B+ tree) and the RecordPool and huge-page blocks (big_alloc, BigArray) under it,
+// and ReadyRing (the Orchestrator's bounded hand-off to the scheduler).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -10,19 +11,25 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "simpler/detail/big_array.hpp"
 #include "simpler/detail/ordered_index.hpp"
 #include "simpler/detail/ready_ring.hpp"
 #include "simpler/detail/ring_buffer.hpp"
 #include "simpler/detail/small_vec.hpp"
 
+using simpler::detail::big_bytes_mapped;
+using simpler::detail::BigArray;
+using simpler::detail::kHugePage;
 using simpler::detail::OrderedIndex;
 using simpler::detail::ReadyRecord;
 using simpler::detail::ReadyRing;
+using simpler::detail::RecordPool;
 using simpler::detail::RingBuffer;
 using simpler::detail::SmallVec;
 
@@ -599,6 +606,110 @@ TEST_CASE("an OrderedIndex thinned out merges its sparse leaves", "[containers]"
   }
   REQUIRE(ix.size() == 20000 / 16);
   CHECK(ix.leaf_count() * 4 <= full);
+}
+
+// ---------------------------------------------------------------------------------------------
+// big_alloc, BigArray, RecordPool
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("big_alloc hands out zeroed blocks, huge-page aligned and counted from 2 MiB up",
+          "[containers][big-alloc]") {
+  const std::size_t before = big_bytes_mapped();
+  {
+    // Below a huge page: ordinary memory, aligned to a cache line, not counted.
+    void* small = simpler::detail::big_alloc(1000);
+    CHECK(reinterpret_cast<std::uintptr_t>(small) % 64 == 0);
+    const auto* b = static_cast<const unsigned char*>(small);
+    CHECK(std::all_of(b, b + 1000, [](unsigned char c) { return c == 0; }));
+    CHECK(big_bytes_mapped() == before);
+    simpler::detail::big_free(small, 1000);
+  }
+  // 2 MiB and more: mapped on a 2 MiB boundary, rounded up to whole huge pages.
+  const std::size_t bytes = kHugePage + 4096;
+  void* big = simpler::detail::big_alloc(bytes);
+  CHECK(reinterpret_cast<std::uintptr_t>(big) % kHugePage == 0);
+  CHECK(big_bytes_mapped() == before + 2 * kHugePage);
+  auto* b = static_cast<unsigned char*>(big);
+  CHECK(std::all_of(b, b + bytes, [](unsigned char c) { return c == 0; }));
+  b[bytes - 1] = 7;  // all of it is writable
+  simpler::detail::big_free(big, bytes);
+  CHECK(big_bytes_mapped() == before);
+}
+
+TEST_CASE("a BigArray starts zeroed and moves its block", "[containers][big-alloc]") {
+  struct Pair {
+    std::uint64_t a;
+    void* p;
+  };
+  const std::size_t before = big_bytes_mapped();
+  const std::size_t n = kHugePage / sizeof(Pair) * 2;  // two huge pages
+  BigArray<Pair> a(n);
+  REQUIRE(a.size() == n);
+  CHECK(big_bytes_mapped() == before + 2 * kHugePage);
+  bool zero = true;
+  for (std::size_t i = 0; i < n; ++i) zero = zero && a[i].a == 0 && a[i].p == nullptr;
+  CHECK(zero);
+  a[n - 1].a = 42;
+  BigArray<Pair> b(std::move(a));
+  CHECK(a.empty());  // NOLINT(bugprone-use-after-move): a moved-from BigArray is empty
+  CHECK(b[n - 1].a == 42);
+  BigArray<Pair> c(16);  // small: ordinary memory
+  c = std::move(b);      // frees c's block, takes b's
+  CHECK(c.size() == n);
+  CHECK(c[n - 1].a == 42);
+  c = BigArray<Pair>();
+  CHECK(c.empty());
+  CHECK(big_bytes_mapped() == before);
+}
+
+namespace {
+
+// A pooled record that counts its constructions and destructions.
+struct PoolRec {
+  static inline int alive = 0;
+  PoolRec() { ++alive; }
+  PoolRec(const PoolRec&) = delete;
+  PoolRec& operator=(const PoolRec&) = delete;
+  ~PoolRec() { --alive; }
+  std::uint64_t payload[9] = {};
+};
+
+}  // namespace
+
+TEST_CASE("a RecordPool hands out distinct records, reuses them, and frees them once",
+          "[containers][big-alloc]") {
+  const std::size_t mapped = big_bytes_mapped();
+  PoolRec::alive = 0;
+  {
+    RecordPool<PoolRec> pool;
+    // Enough records for the chunks to reach a huge page's worth (they double from 64).
+    const std::size_t n = 4 * kHugePage / sizeof(PoolRec);
+    std::vector<PoolRec*> got;
+    std::set<PoolRec*> distinct;
+    for (std::size_t i = 0; i < n; ++i) {
+      PoolRec* r = pool.get();
+      r->payload[0] = i;
+      got.push_back(r);
+      distinct.insert(r);
+    }
+    CHECK(distinct.size() == n);
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(got[i]->payload[0] == i);  // none overlap
+    // Every record was made once, in chunks; the largest ones are huge-page blocks.
+    const int made = PoolRec::alive;
+    CHECK(made >= static_cast<int>(n));
+    CHECK(made < static_cast<int>(2 * n));
+    CHECK(big_bytes_mapped() >= mapped + 2 * kHugePage);
+    // Put back and taken again: the same records, nothing new made or mapped.
+    const std::size_t mapped_full = big_bytes_mapped();
+    for (PoolRec* r : got) pool.put(r);
+    std::set<PoolRec*> again;
+    for (std::size_t i = 0; i < n; ++i) again.insert(pool.get());
+    CHECK(again == distinct);
+    CHECK(PoolRec::alive == made);
+    CHECK(big_bytes_mapped() == mapped_full);
+  }
+  CHECK(PoolRec::alive == 0);  // destroyed once each with the pool
+  CHECK(big_bytes_mapped() == mapped);
 }
 
 // ---------------------------------------------------------------------------------------------

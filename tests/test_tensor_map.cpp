@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <set>
 #include <span>
@@ -823,4 +824,37 @@ TEST_CASE("ranges erased in bulk leave nothing behind and can be written again",
     same();
     CHECK(m.size() == 0);
   }
+}
+
+TEST_CASE("a tensor map of 200k segments keeps them in huge-page blocks and finds each",
+          "[tensor-map][big-alloc]") {
+  // At this size the hash index and the segment and tree-node pools are big_alloc blocks: every
+  // segment must still be found by an exact and by an overlapping lookup, and the blocks must
+  // go when the map does.
+  const std::size_t mapped = simpler::detail::big_bytes_mapped();
+  {
+    TensorMap m;
+    constexpr std::uint64_t kSegs = 200'000;
+    std::vector<std::uint64_t> order(kSegs);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(3));
+    for (std::uint64_t i : order) m.insert(0, i * 128, i * 128 + 64, static_cast<TaskSlot>(i));
+    REQUIRE(m.size() == kSegs);
+    CHECK(simpler::detail::big_bytes_mapped() > mapped);
+    for (std::uint64_t i = 0; i < kSegs; ++i) {
+      const auto want = static_cast<TaskSlot>(i);
+      REQUIRE(lookup(m, 0, i * 128, i * 128 + 64) == Producers{want});
+      REQUIRE(lookup(m, 0, i * 128 + 8, i * 128 + 16) == Producers{want});  // the ordered walk
+    }
+    // Erase every other one, then read across pairs: only the kept writers are found.
+    for (std::uint64_t i = 0; i < kSegs; i += 2)
+      m.erase_owned(0, i * 128, i * 128 + 64, static_cast<TaskSlot>(i));
+    REQUIRE(m.size() == kSegs / 2);
+    for (std::uint64_t i = 0; i + 1 < kSegs; i += 2)
+      REQUIRE(lookup(m, 0, i * 128, (i + 1) * 128 + 64) == Producers{static_cast<TaskSlot>(i + 1)});
+    m.clear();
+    CHECK(m.size() == 0);
+    CHECK(lookup(m, 0, 0, kSegs * 128).empty());
+  }
+  CHECK(simpler::detail::big_bytes_mapped() == mapped);
 }

@@ -32,6 +32,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "simpler/detail/big_array.hpp"
 #include "simpler/detail/ordered_index.hpp"
 #include "simpler/detail/slot.hpp"
 
@@ -275,8 +276,7 @@ class TensorMap {
   void clear() noexcept {
     for (auto it = tree_.begin(); it != tree_.end(); ++it) release(it.value().seg);
     tree_.clear();
-    index_.clear();
-    index_.shrink_to_fit();
+    index_ = BigArray<IndexSlot>();
     index_count_ = 0;
     holes_.clear();
     holes_.shrink_to_fit();
@@ -501,19 +501,19 @@ class TensorMap {
     if (index_.size() > 64 && index_count_ * 8 < index_.size()) rehash(index_.size() / 2);
   }
   void rehash(std::size_t slots) {
-    std::vector<IndexSlot> old(slots, IndexSlot{0, nullptr});
+    BigArray<IndexSlot> old(slots);  // zero bytes: every slot empty
     old.swap(index_);
-    for (const IndexSlot& s : old) {
-      if (s.hash != 0) place(s);
+    for (std::size_t i = 0; i < old.size(); ++i) {
+      if (old[i].hash != 0) place(old[i]);
     }
   }
 
-  Tree tree_;                     // every segment (holes included), by (space, begin)
-  RecordPool<Seg> segs_;          // the segments' storage
-  std::vector<IndexSlot> index_;  // empty until the first segment
-  std::size_t index_count_ = 0;   // segments in index_: tree_.size()
-  std::vector<Seg*> holes_;       // the segments of tree_ that are holes
-  std::size_t hole_cursor_ = 0;   // where make_hole() last dropped one
+  Tree tree_;                    // every segment (holes included), by (space, begin)
+  RecordPool<Seg> segs_;         // the segments' storage
+  BigArray<IndexSlot> index_;    // empty until the first segment
+  std::size_t index_count_ = 0;  // segments in index_: tree_.size()
+  std::vector<Seg*> holes_;      // the segments of tree_ that are holes
+  std::size_t hole_cursor_ = 0;  // where make_hole() last dropped one
   std::size_t writerless_made_ = 0;
 };
 
