@@ -107,21 +107,9 @@ class WorkerThread : public detail::LaneCore {
   void loop() noexcept {
     std::uint32_t taken = 0;
     for (;;) {
-      // An idle lane runs the scheduler's pass itself when it has input (taking the same token
-      // the scheduler thread and the Orchestrator take): a task it posts to this lane starts
-      // without a hop through the scheduler thread.
-      const auto posted_or_stopping = [&] {
-        return posted.load(std::memory_order_seq_cst) != taken ||
-               stopping.load(std::memory_order_seq_cst);
-      };
-      const bool got = wake.await(
-          [&] {
-            if (posted_or_stopping()) return true;
-            if (detail::SchedulerCore* d = core_.driving()) d->try_pass(stat_passes, this);
-            return posted_or_stopping();
-          },
-          core_.timing.spin, std::chrono::steady_clock::now() + std::chrono::seconds(1));
-      if (!got) continue;
+      if (!await_post(taken, std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
+        continue;
+      }
       std::uint32_t avail = posted.load(std::memory_order_seq_cst);
       if (avail == taken) return;  // stopping, nothing posted
       while (taken != avail) {
@@ -173,6 +161,24 @@ class WorkerThread : public detail::LaneCore {
     }
   }
 
+  /// Waits until the scheduler posts past `seen` or the lane stops (true), or until `until`
+  /// (false). Meanwhile the idle lane runs the scheduler's pass itself when it has input
+  /// (taking the same token the scheduler thread and the Orchestrator take): a task it posts to
+  /// this lane starts without a hop through the scheduler thread.
+  bool await_post(std::uint32_t seen, std::chrono::steady_clock::time_point until) noexcept {
+    const auto posted_or_stopping = [&] {
+      return posted.load(std::memory_order_seq_cst) != seen ||
+             stopping.load(std::memory_order_seq_cst);
+    };
+    return wake.await(
+        [&] {
+          if (posted_or_stopping()) return true;
+          if (detail::SchedulerCore* d = core_.driving()) d->try_pass(stat_passes, this);
+          return posted_or_stopping();
+        },
+        core_.timing.spin, until);
+  }
+
   /// Wakes the scheduler thread for what this lane pushed to done or ready_inbox. loop() skips
   /// that for the last task it had posted, since it does a pass itself before it waits; every
   /// other path settles at once.
@@ -201,19 +207,7 @@ class WorkerThread : public detail::LaneCore {
       if (sent == taken) {
         auto wait = std::chrono::milliseconds(1000);
         if constexpr (Ticks<Endpoint>) wait = std::min(wait, endpoint_.tick_period());
-        const auto posted_or_stopping = [&] {
-          return posted.load(std::memory_order_seq_cst) != sent ||
-                 stopping.load(std::memory_order_seq_cst);
-        };
-        const bool got = wake.await(
-            [&] {
-              if (posted_or_stopping()) return true;
-              // As in loop(): an idle lane routes what arrived itself.
-              if (detail::SchedulerCore* d = core_.driving()) d->try_pass(stat_passes, this);
-              return posted_or_stopping();
-            },
-            core_.timing.spin, std::chrono::steady_clock::now() + wait);
-        if (!got) {
+        if (!await_post(sent, std::chrono::steady_clock::now() + wait)) {
           if constexpr (Ticks<Endpoint>) endpoint_.tick();
           continue;
         }
