@@ -452,6 +452,32 @@ TEST_CASE("a deadline a lane's pass starts watching wakes the scheduler thread",
   release = true;
 }
 
+TEST_CASE("a task finishing while the Orchestrator sleeps leaves the scheduler thread asleep",
+          "[engine][driving][lane-pass]") {
+  // The lane pushes the result of its last posted task and, instead of waking the scheduler
+  // thread for it, runs the pass itself before it waits: that pass completes the run and wakes
+  // the Orchestrator. The task waits until the Orchestrator sleeps in the run's final wait
+  // (while it polls there it takes results itself, and a lane does not signal anyway).
+  Worker w(thread_options(1));
+  auto add = w.register_sub("add", [&w](TaskArgsView v) {
+    if (!await_quiet([&] { return w.scheduler().orchestrator_asleep(); }))
+      throw std::runtime_error("the Orchestrator never slept");
+    ++*v.tensors[0].as<std::int64_t>();
+  });
+  w.init();
+  std::int64_t c = 0;
+  for (int run = 0; run < 10; ++run) {
+    REQUIRE(await_quiet([&] { return w.scheduler().asleep(); }));
+    const std::uint32_t before = w.scheduler().wakes();
+    w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+      orch.submit_sub(add, TaskArgs().add_tensor(cell(c), TensorArgType::InOut));
+    });
+    INFO("run " << run);
+    CHECK(w.scheduler().wakes() == before);
+  }
+  CHECK(c == 10);
+}
+
 TEST_CASE("Workers stop cleanly while their lanes run idle passes",
           "[engine][driving][lane-pass]") {
   // Right after a run returns, the lanes still spin in their idle wait, taking the pass token

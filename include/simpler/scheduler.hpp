@@ -80,6 +80,10 @@ class Scheduler {
   /// engine (the end of a run, a full task window or heap). Diagnostics and tests; any thread.
   [[nodiscard]] bool orchestrator_asleep() const noexcept { return core_.orch_wake.has_waiters(); }
 
+  /// How many times something woke the sleeping scheduler thread (wrapping; a notify that
+  /// found it awake does not count). Diagnostics and tests; any thread.
+  [[nodiscard]] std::uint32_t wakes() const noexcept { return core_.sched_wake.wakes(); }
+
   /// Lanes abandoned at a deadline whose threads were detached at stop().
   [[nodiscard]] std::size_t lost_lanes() const noexcept { return lost_; }
 

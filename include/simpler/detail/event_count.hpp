@@ -46,6 +46,11 @@ class EventCount {
     }
   }
 
+  /// How many notify_all() calls found a waiter to wake (wrapping). Diagnostics and tests.
+  [[nodiscard]] std::uint32_t wakes() const noexcept {
+    return epoch_.load(std::memory_order_relaxed);  // a count to compare, orders nothing
+  }
+
   /// Whether a waiter is registered (asleep, or about to re-check and sleep). A notifier that
   /// finds none after publishing (seq_cst) may skip notify_all: a later waiter sees the change.
   [[nodiscard]] bool has_waiters() const noexcept {
