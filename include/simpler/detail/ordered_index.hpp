@@ -26,8 +26,9 @@ namespace simpler::detail {
 
 /// Records of one type, handed out and taken back without freeing (all freed with the pool).
 /// A record handed out again keeps what it held: the caller sets every field. Records come in
-/// chunks that double from 64 records up to a huge page's worth (big_alloc: a pool of a million
-/// records, walked at random, then takes few TLB misses).
+/// chunks of a quarter of those made so far (64 at least, so at most a quarter stands unused),
+/// up to a huge page's worth (big_alloc: a pool of a million records, walked at random, then
+/// takes few TLB misses).
 template <class T>
 class RecordPool {
   static_assert(alignof(T) <= 64, "big_alloc aligns to 64 bytes");
@@ -67,7 +68,7 @@ class RecordPool {
   }
 
   void grow() {
-    const std::size_t n = chunks_.empty() ? kFirstChunk : std::min(chunks_.back().n * 2, kMaxChunk);
+    const std::size_t n = std::clamp(records_ / 4, kFirstChunk, kMaxChunk);
     // Room for every record there will be, so put() never allocates.
     free_.reserve(records_ + n);
     chunks_.reserve(chunks_.size() + 1);
