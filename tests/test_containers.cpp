@@ -662,6 +662,23 @@ TEST_CASE("a BigArray starts zeroed and moves its block", "[containers][big-allo
   CHECK(big_bytes_mapped() == before);
 }
 
+TEST_CASE("big_alloc and BigArray refuse sizes that cannot be mapped, and leak nothing",
+          "[containers][big-alloc]") {
+  const std::size_t before = big_bytes_mapped();
+  // Rounding up to whole huge pages, plus the page mapped on top for alignment, would wrap.
+  CHECK_THROWS_AS(simpler::detail::big_alloc(SIZE_MAX), std::bad_alloc);
+  CHECK_THROWS_AS(simpler::detail::big_alloc(SIZE_MAX - kHugePage), std::bad_alloc);
+  // Representable but far more than the address space: mmap refuses it.
+  CHECK_THROWS_AS(simpler::detail::big_alloc(std::size_t{1} << 62U), std::bad_alloc);
+  // n * sizeof(T) would wrap to a small block that the array would then overrun.
+  struct Pair {
+    std::uint64_t a, b;
+  };
+  CHECK_THROWS_AS(BigArray<Pair>(SIZE_MAX / sizeof(Pair) + 2), std::bad_alloc);
+  CHECK_THROWS_AS(BigArray<Pair>((SIZE_MAX / 2) / sizeof(Pair)), std::bad_alloc);
+  CHECK(big_bytes_mapped() == before);
+}
+
 namespace {
 
 // A pooled record that counts its constructions and destructions.

@@ -34,6 +34,14 @@ inline std::size_t big_bytes_mapped() noexcept {
   return big_bytes_counter().load(std::memory_order_relaxed);  // a statistic: no ordering
 }
 
+/// What a block of `bytes` (kHugePage or more) maps: `bytes` rounded up to whole huge pages.
+/// Throws std::bad_alloc when that, with the huge page big_alloc maps on top to align it, would
+/// not fit a size_t.
+inline std::size_t huge_len(std::size_t bytes) {
+  if (bytes > SIZE_MAX - 2 * kHugePage) throw std::bad_alloc();
+  return (bytes + kHugePage - 1) & ~(kHugePage - 1);
+}
+
 /// `bytes` of zeroed memory aligned to 64 bytes (to kHugePage from kHugePage up). Throws
 /// std::bad_alloc. Give it back with big_free(p, bytes), the same `bytes`.
 inline void* big_alloc(std::size_t bytes) {
@@ -42,7 +50,7 @@ inline void* big_alloc(std::size_t bytes) {
     std::memset(p, 0, bytes);
     return p;
   }
-  const std::size_t len = (bytes + kHugePage - 1) & ~(kHugePage - 1);
+  const std::size_t len = huge_len(bytes);
   // Map one huge page more than needed, then unmap the slack on both sides so what stays
   // starts on a 2 MiB boundary (only an aligned 2 MiB range can be one huge page).
   void* raw =
@@ -66,7 +74,7 @@ inline void big_free(void* p, std::size_t bytes) noexcept {
     ::operator delete (p, std::align_val_t{64});
     return;
   }
-  const std::size_t len = (bytes + kHugePage - 1) & ~(kHugePage - 1);
+  const std::size_t len = huge_len(bytes);  // cannot throw: big_alloc took the same bytes
   ::munmap(p, len);
   big_bytes_counter().fetch_sub(len, std::memory_order_relaxed);
 }
@@ -79,7 +87,8 @@ class BigArray {
 
  public:
   BigArray() = default;
-  explicit BigArray(std::size_t n) : p_(static_cast<T*>(big_alloc(n * sizeof(T)))), n_(n) {}
+  /// Throws std::bad_alloc when n elements do not fit memory (or a size_t).
+  explicit BigArray(std::size_t n) : p_(static_cast<T*>(big_alloc(bytes_for(n)))), n_(n) {}
   BigArray(BigArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   BigArray& operator=(BigArray&& o) noexcept {
     BigArray(std::move(o)).swap(*this);
@@ -97,6 +106,11 @@ class BigArray {
   const T& operator[](std::size_t i) const noexcept { return p_[i]; }
 
  private:
+  static std::size_t bytes_for(std::size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
+    return n * sizeof(T);
+  }
+
   T* p_ = nullptr;
   std::size_t n_ = 0;
 };

@@ -26,9 +26,9 @@ namespace simpler::detail {
 
 /// Records of one type, handed out and taken back without freeing (all freed with the pool).
 /// A record handed out again keeps what it held: the caller sets every field. Records come in
-/// chunks of a quarter of those made so far (64 at least, so at most a quarter stands unused),
-/// up to a huge page's worth (big_alloc: a pool of a million records, walked at random, then
-/// takes few TLB misses).
+/// chunks of a quarter of those made so far, 64 at least (so past 256 records at most a
+/// quarter of them stands unused; below, at most 63), up to a huge page's worth (big_alloc: a
+/// pool of a million records, walked at random, then takes few TLB misses).
 template <class T>
 class RecordPool {
   static_assert(alignof(T) <= 64, "big_alloc aligns to 64 bytes");
