@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "simpler/detail/big_array.hpp"
+#include "simpler/detail/event_count.hpp"
 #include "simpler/detail/ordered_index.hpp"
 #include "simpler/detail/ready_ring.hpp"
 #include "simpler/detail/ring_buffer.hpp"
@@ -823,4 +826,75 @@ TEST_CASE("a ReadyRing passes every record once from one producer thread to a co
   while (first_wrong < kCount && got[first_wrong] == first_wrong) ++first_wrong;
   CHECK(first_wrong == kCount);
   CHECK(r->empty());
+}
+
+// ------------------------------------------------------------------------------------------
+// EventCount
+// ------------------------------------------------------------------------------------------
+
+TEST_CASE(
+    "EventCount::await_for returns at once when the condition holds, and times out when it "
+    "never does",
+    "[containers][event-count]") {
+  simpler::detail::EventCount ev;
+  int calls = 0;
+  CHECK(ev.await_for(
+      [&] {
+        ++calls;
+        return true;
+      },
+      std::chrono::microseconds(50), std::chrono::seconds(10)));
+  CHECK(calls == 1);  // no spin and no sleep once it holds
+  CHECK_FALSE(ev.has_waiters());
+
+  // Never true: the spin ends, then the sleep ends at its deadline (a timeout, not a hang), and
+  // the waiter is unregistered again. Both with and without a spin first.
+  for (const auto spin : {std::chrono::nanoseconds(0), std::chrono::nanoseconds(20'000)}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_FALSE(ev.await_for([] { return false; }, spin, std::chrono::milliseconds(20)));
+    CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(20));
+    CHECK_FALSE(ev.has_waiters());
+  }
+}
+
+TEST_CASE("EventCount loses no wake-up between two threads that only sleep",
+          "[containers][event-count]") {
+  // Ping-pong with no spin, so every hand-off goes through the registration and the re-check. A
+  // lost wake-up leaves one side asleep until its deadline (the wait then sees the ball and
+  // returns true), so a wait that took close to the deadline counts as a miss; the first miss
+  // ends the test.
+  simpler::detail::EventCount to_b;
+  simpler::detail::EventCount to_a;
+  std::atomic<std::uint32_t> ball{0};  // odd: b's turn, even: a's
+  std::atomic<bool> missed{false};
+  constexpr std::uint32_t kRounds = 2000;
+  constexpr auto kDeadline = std::chrono::milliseconds(2000);
+  // Waits on `ev` for the ball to reach `want`; on a miss, wakes the other side (waiting on
+  // `other`) so it ends too.
+  const auto wait_for_ball = [&](simpler::detail::EventCount& ev,
+                                 simpler::detail::EventCount& other, std::uint32_t want) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool got =
+        ev.await_for([&] { return ball.load(std::memory_order_seq_cst) == want || missed.load(); },
+                     std::chrono::nanoseconds(0), kDeadline);
+    if (!got || std::chrono::steady_clock::now() - t0 >= kDeadline) {
+      missed.store(true);
+      other.notify_all();
+    }
+    return !missed.load();
+  };
+  std::thread b([&] {
+    for (std::uint32_t i = 0; i < kRounds && wait_for_ball(to_b, to_a, 2 * i + 1); ++i) {
+      ball.store(2 * i + 2, std::memory_order_seq_cst);
+      to_a.notify_all();
+    }
+  });
+  for (std::uint32_t i = 0; i < kRounds; ++i) {
+    ball.store(2 * i + 1, std::memory_order_seq_cst);
+    to_b.notify_all();
+    if (!wait_for_ball(to_a, to_b, 2 * i + 2)) break;
+  }
+  b.join();
+  CHECK_FALSE(missed.load());
+  CHECK(ball.load() == 2 * kRounds);
 }

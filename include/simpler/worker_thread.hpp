@@ -107,7 +107,7 @@ class WorkerThread : public detail::LaneCore {
   void loop() noexcept {
     std::uint32_t taken = 0;
     for (;;) {
-      if (!await_post(taken, std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
+      if (!await_post(taken, std::chrono::seconds(1))) {
         continue;
       }
       std::uint32_t avail = posted.load(std::memory_order_seq_cst);
@@ -161,22 +161,22 @@ class WorkerThread : public detail::LaneCore {
     }
   }
 
-  /// Waits until the scheduler posts past `seen` or the lane stops (true), or until `until`
-  /// (false). Meanwhile the idle lane runs the scheduler's pass itself when it has input
-  /// (taking the same token the scheduler thread and the Orchestrator take): a task it posts to
-  /// this lane starts without a hop through the scheduler thread.
-  bool await_post(std::uint32_t seen, std::chrono::steady_clock::time_point until) noexcept {
+  /// Waits until the scheduler posts past `seen` or the lane stops (true), or for `timeout`
+  /// after its spin (false). Meanwhile the idle lane runs the scheduler's pass itself when it has
+  /// input (taking the same token the scheduler thread and the Orchestrator take): a task it posts
+  /// to this lane starts without a hop through the scheduler thread.
+  bool await_post(std::uint32_t seen, std::chrono::nanoseconds timeout) noexcept {
     const auto posted_or_stopping = [&] {
       return posted.load(std::memory_order_seq_cst) != seen ||
              stopping.load(std::memory_order_seq_cst);
     };
-    return wake.await(
+    return wake.await_for(
         [&] {
           if (posted_or_stopping()) return true;
           if (detail::SchedulerCore* d = core_.driving()) d->try_pass(stat_passes, this);
           return posted_or_stopping();
         },
-        core_.timing.spin, until);
+        core_.timing.spin, timeout);
   }
 
   /// Wakes the scheduler thread for what this lane pushed to done or ready_inbox. loop() skips
@@ -207,7 +207,7 @@ class WorkerThread : public detail::LaneCore {
       if (sent == taken) {
         auto wait = std::chrono::milliseconds(1000);
         if constexpr (Ticks<Endpoint>) wait = std::min(wait, endpoint_.tick_period());
-        if (!await_post(sent, std::chrono::steady_clock::now() + wait)) {
+        if (!await_post(sent, wait)) {
           if constexpr (Ticks<Endpoint>) endpoint_.tick();
           continue;
         }

@@ -81,6 +81,15 @@ class EventCount {
     }
   }
 
+  /// As above, with the deadline `timeout` after the spin ends: the clock is read only if the
+  /// spin ends without ready(), so a waiter whose condition already holds (a lane finding its
+  /// next task posted) pays no clock read at all.
+  template <class Ready>
+  bool await_for(Ready&& ready, std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout) {
+    if (spin_until(ready, spin)) return true;
+    return await(ready, std::chrono::nanoseconds(0), std::chrono::steady_clock::now() + timeout);
+  }
+
   /// Polls `ready()` for up to `spin`: kPollsBeforeYield polls, then a yield every
   /// kPollsPerYield polls. On a 2-core machine the engine runs more threads than cores (the
   /// orchestration, the scheduler, the lanes), so the thread we wait for is often runnable on
@@ -91,7 +100,8 @@ class EventCount {
   /// another core answers within a cross-core round trip (~120 ns, a few polls), so 4 keeps most
   /// of that case free of syscalls; 2 and 4 lost on the 1M-buffer DAG (1030-1100 against
   /// 940-990 ns/task). The clock is read every 4 yields only (reading it every 32 polls was 8 %
-  /// of a profile).
+  /// of a profile). The spin's end is taken at the first yield: a partner that answers within
+  /// the pure spin costs no clock read.
   static constexpr int kPollsBeforeYield = 4;
   static constexpr int kPollsPerYield = 8;
 
@@ -99,13 +109,13 @@ class EventCount {
   static bool spin_until(Ready& ready, std::chrono::nanoseconds spin) {
     if (ready()) return true;
     if (spin.count() <= 0) return false;
-    const auto end = std::chrono::steady_clock::now() + spin;
     // First a short pure spin (~0.1 us): a partner on another core often answers within it, and a
     // yield (a syscall, ~1 us or more on this VM) would only slow that case down.
     for (int i = 0; i < kPollsBeforeYield; ++i) {
       cpu_relax();
       if (ready()) return true;
     }
+    const auto end = std::chrono::steady_clock::now() + spin;
     for (unsigned round = 1;; ++round) {
       for (int i = 0; i < kPollsPerYield; ++i) {
         cpu_relax();
