@@ -18,6 +18,10 @@
 #include "simpler/types.hpp"
 #include "support/matchers.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_args_blob {
+
 using simpler::ContinuousTensor;
 using simpler::DataType;
 using simpler::TaskArgs;
@@ -291,3 +295,5 @@ TEST_CASE("encoding a hand-built view with a negative count is rejected", "[args
   v.scalar_count = -3;
   REQUIRE_THROWS_AS(simpler::encode_args_blob(v, buf), simpler::UsageError);
 }
+
+}  // namespace simpler_test_args_blob

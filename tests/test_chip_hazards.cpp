@@ -22,6 +22,10 @@
 #include "device/orchestration/hazard_cases.hpp"
 #include "support/device_api.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_chip_hazards {
+
 namespace {
 
 using simpler_test::device_module;
@@ -351,3 +355,5 @@ TEST_CASE("device init refuses an unknown hazards value and a truncated options 
   CHECK(api.init(ctx, 0, &o) == SIMPLER_OK);
   api.destroy_context(ctx);
 }
+
+}  // namespace simpler_test_chip_hazards

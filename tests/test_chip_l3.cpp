@@ -17,6 +17,10 @@
 #include "support/matchers.hpp"
 #include "support/shared_arena.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_chip_l3 {
+
 using namespace simpler;
 using namespace simpler::testing;
 using Catch::Matchers::Contains;
@@ -468,3 +472,5 @@ TEST_CASE("a late chip callable the second chip cannot take is withdrawn from th
   CHECK(out[0] == 9);
   CHECK_NOTHROW(w.close());
 }
+
+}  // namespace simpler_test_chip_l3

@@ -24,6 +24,10 @@
 #include "device/orchestration/spmd_cases.hpp"
 #include "support/device_api.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_chip_spmd {
+
 namespace {
 
 using simpler_test::device_module;
@@ -727,3 +731,5 @@ TEST_CASE("CallConfig's block_dim, dump_tensor and pmu reach the simulated chip 
   }
   chip.finalize();
 }
+
+}  // namespace simpler_test_chip_spmd

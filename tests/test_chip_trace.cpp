@@ -26,6 +26,10 @@
 #include "support/json.hpp"
 #include "support/program_device.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_chip_trace {
+
 namespace {
 
 using namespace fuzz_program;
@@ -713,3 +717,5 @@ TEST_CASE("ChipWorker::last_run_trace returns the chip's trace of its last run",
   CHECK(chip.last_run_trace().event_count == 0);
   CHECK_FALSE(std::filesystem::exists(run_dir(dir.path(), 1, 1)));
 }
+
+}  // namespace simpler_test_chip_trace

@@ -20,6 +20,10 @@
 #include "support/chip_modules.hpp"
 #include "support/matchers.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_chip_worker {
+
 using namespace simpler;
 using namespace simpler::testing;
 using Catch::Matchers::Contains;
@@ -714,3 +718,5 @@ TEST_CASE("device memory on the simulated chip round-trips through copies", "[ch
   chip.device_free(dev);
   CHECK(chip.stats().committed_bytes == 0);
 }
+
+}  // namespace simpler_test_chip_worker

@@ -15,6 +15,10 @@
 
 #include "support/chip_workloads.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_chip_workloads {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -267,3 +271,5 @@ TEST_CASE("TensorMap entries of retired writers are reclaimed within a run",
   CHECK_NOTHROW(c.chip.run(c.id, args, cfg));
   CHECK(c.chip.stats().tasks_completed >= 20000);
 }
+
+}  // namespace simpler_test_chip_workloads

@@ -32,6 +32,10 @@
 #include "support/remote_server.hpp"
 #include "support/shared_arena.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_conformance {
+
 using namespace simpler;
 using namespace simpler::testing;
 using namespace simpler::testing::conformance;
@@ -173,3 +177,5 @@ TEMPLATE_TEST_CASE("outputs written by a task are read by the next on every tran
   OnTransport<TestType> fx;
   outputs_written_are_read_by_the_next(fx);
 }
+
+}  // namespace simpler_test_conformance

@@ -26,6 +26,10 @@
 #include "simpler/detail/ring_buffer.hpp"
 #include "simpler/detail/small_vec.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_containers {
+
 using simpler::detail::big_bytes_mapped;
 using simpler::detail::BigArray;
 using simpler::detail::kHugePage;
@@ -898,3 +902,5 @@ TEST_CASE("EventCount loses no wake-up between two threads that only sleep",
   CHECK_FALSE(missed.load());
   CHECK(ball.load() == 2 * kRounds);
 }
+
+}  // namespace simpler_test_containers

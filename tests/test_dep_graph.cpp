@@ -12,6 +12,10 @@
 #include "support/dag_program.hpp"
 #include "support/trace_files.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_dep_graph {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -178,3 +182,5 @@ TEST_CASE("order edges show which writers wait for earlier readers and writers",
   CHECK(dag_dot_order_edges(read_text(dir.file("dag.dot"))) == order);
   w.close();
 }
+
+}  // namespace simpler_test_dep_graph

@@ -13,6 +13,10 @@
 #include "device/orchestration/fuzz_program.hpp"
 #include "support/program_device.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_device_bounds {
+
 namespace {
 
 using namespace fuzz_program;
@@ -257,3 +261,5 @@ TEST_CASE("device bounds: device_malloc refuses a size that wraps when rounded u
   REQUIRE(q != nullptr);
   CHECK(d.api().device_free(d.ctx(), q) == SIMPLER_OK);
 }
+
+}  // namespace simpler_test_device_bounds

@@ -15,6 +15,10 @@
 #include "support/gate.hpp"
 #include "support/thread_states.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_device_runtime {
+
 namespace {
 
 using simpler_test::device_module;
@@ -584,3 +588,5 @@ TEST_CASE("a context destroyed right after a run, or before any, stops its parke
   // Every device thread was joined: none is left behind.
   CHECK(simpler::testing::other_thread_states().size() == before);
 }
+
+}  // namespace simpler_test_device_runtime

@@ -7,6 +7,10 @@
 
 #include "support/recording_leaf.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_engine_bad_input {
+
 using namespace simpler;
 using namespace simpler::testing;
 using Catch::Matchers::Contains;
@@ -245,3 +249,5 @@ TEST_CASE("a bad CallConfig is rejected at submit", "[engine][bad-input]") {
   CHECK(e[0].leaf == 1);
   f.still_works();
 }
+
+}  // namespace simpler_test_engine_bad_input

@@ -11,6 +11,10 @@
 #include "support/gate.hpp"
 #include "support/recording_leaf.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_engine_dags {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -210,3 +214,5 @@ TEST_CASE("an auto-allocated output is handed to its consumer", "[engine][dag][a
   for (int i = 0; i < 64; ++i)
     REQUIRE(sink[static_cast<std::size_t>(i)] == static_cast<float>(i) * 0.5F + 1);
 }
+
+}  // namespace simpler_test_engine_dags

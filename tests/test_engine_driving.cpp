@@ -27,6 +27,10 @@
 #include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_engine_driving {
+
 using namespace simpler;
 using namespace simpler::testing;
 using namespace std::chrono_literals;
@@ -576,3 +580,5 @@ TEST_CASE("an idle forked child's lane runs the scheduler's pass too",
   INFO("runs: " << runs);
   CHECK(lane_passes() > 0);
 }
+
+}  // namespace simpler_test_engine_driving

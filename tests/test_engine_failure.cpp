@@ -10,6 +10,10 @@
 #include "support/gate.hpp"
 #include "support/recording_leaf.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_engine_failure {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -189,3 +193,5 @@ TEST_CASE("a callable throwing a non-std exception fails its task with a message
     CHECK(e.message() == "a non-std::exception was thrown");
   }
 }
+
+}  // namespace simpler_test_engine_failure

@@ -17,6 +17,10 @@
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_engine_hazards {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -323,3 +327,5 @@ TEST_CASE("an invalid WorkerOptions::hazards is refused", "[engine][hazards][bad
   o.hazards = static_cast<Hazards>(7);
   REQUIRE_THROWS_MATCHES(Worker(o), UsageError, WhatContains("WorkerOptions::hazards is 7"));
 }
+
+}  // namespace simpler_test_engine_hazards

@@ -16,6 +16,10 @@
 
 #include "support/recording_leaf.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_engine_memory {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -150,3 +154,5 @@ TEST_CASE("the TensorMap of a flat run of readers stays bounded by the live task
   CHECK(most <= 12'000);
   CHECK(c.w.orchestrator().tensor_map_size() == 0);
 }
+
+}  // namespace simpler_test_engine_memory

@@ -14,6 +14,10 @@
 #include "support/recording_leaf.hpp"
 #include "support/thread_states.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_engine_scheduling {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -260,3 +264,5 @@ TEST_CASE("a next-level group without named workers runs on distinct idle worker
   for (const auto& r : log.entries()) leaves.insert(r.leaf);
   CHECK(leaves == std::set<int>{0, 1, 2});
 }
+
+}  // namespace simpler_test_engine_scheduling

@@ -22,6 +22,10 @@
 #include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_engine_window {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -336,3 +340,5 @@ TEST_CASE("WorkerOptions::task_window out of range is refused", "[engine][window
   o.task_window = (std::uint32_t{1} << 24) + 1;
   CHECK_THROWS_MATCHES(Worker(o), UsageError, WhatContains("it must be 1..16777216"));
 }
+
+}  // namespace simpler_test_engine_window

@@ -12,6 +12,10 @@
 #include "support/pumped_transport.hpp"
 #include "support/recording_leaf.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_extending {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -125,3 +129,5 @@ TEST_CASE("a lane whose leaf cannot run a callable kind is refused as a target a
                    "callables"));
   w.close();
 }
+
+}  // namespace simpler_test_extending

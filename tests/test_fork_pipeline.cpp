@@ -19,6 +19,10 @@
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_fork_pipeline {
+
 using namespace simpler;
 using namespace simpler::testing;
 using Catch::Matchers::Contains;
@@ -328,3 +332,5 @@ TEST_CASE("a Worker whose forked child dies with tasks in flight fails the run w
   CHECK(ran.load() <= 5);  // the death ended the child: nothing after it ran
   CHECK_NOTHROW(w.close());
 }
+
+}  // namespace simpler_test_fork_pipeline

@@ -25,6 +25,10 @@
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_fork_shm {
+
 using namespace simpler;
 using namespace simpler::testing;
 using Catch::Matchers::Contains;
@@ -542,3 +546,5 @@ TEST_CASE(
   }
   CHECK(shared_mappings_of("self") == before);
 }
+
+}  // namespace simpler_test_fork_shm

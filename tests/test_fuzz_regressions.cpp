@@ -13,6 +13,10 @@
 
 #include "fuzz/fuzz_targets.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_fuzz_regressions {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -61,3 +65,5 @@ TEST_CASE("the fuzz_remote_frame corpus and regressions replay without a defect"
           "[fuzz][remote][remote-wire]") {
   CHECK(replay("fuzz_remote_frame", simpler_fuzz_remote_frame) > 0);
 }
+
+}  // namespace simpler_test_fuzz_regressions

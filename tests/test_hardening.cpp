@@ -23,6 +23,10 @@
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_hardening {
+
 using namespace simpler;
 using namespace simpler::testing;
 using Catch::Matchers::Contains;
@@ -565,3 +569,5 @@ TEST_CASE("the shared mappings are parsed, sorted and merged from a maps file",
   CHECK(detail::mapping_holding(m, 0x7f0000001000) == nullptr);  // private, between two
   CHECK(detail::mapping_holding(m, 0x10) == nullptr);
 }
+
+}  // namespace simpler_test_hardening

@@ -6,6 +6,10 @@
 
 #include "support/recording_leaf.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_headers {
+
 namespace {
 // A leaf missing callable_name: the Leaf concept must name what is missing.
 struct NamelessLeaf {
@@ -30,3 +34,5 @@ TEST_CASE("the umbrella header and the forward declarations compile together", "
 TEST_CASE("local children are forked processes unless asked otherwise", "[headers]") {
   CHECK(simpler::WorkerOptions{}.child_mode == simpler::ChildMode::Process);
 }
+
+}  // namespace simpler_test_headers

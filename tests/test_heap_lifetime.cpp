@@ -14,6 +14,10 @@
 #include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_heap_lifetime {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -138,3 +142,5 @@ TEST_CASE("a heap buffer used after its scope ended is refused, and the run's ta
   CHECK(w.stats().heap_rings[0].used == 0);
   w.close();
 }
+
+}  // namespace simpler_test_heap_lifetime

@@ -15,6 +15,10 @@
 
 #include "simpler/detail/heap_ring.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_heap_ring {
+
 using simpler::detail::HeapRing;
 using simpler::detail::kHeapAlign;
 
@@ -334,3 +338,5 @@ TEST_CASE("a shared region written by a forked child is visible to the parent", 
   CHECK(bytes[1] == 0);  // bytes the child did not touch are unchanged
   simpler::detail::unmap_region(region, kBytes);
 }
+
+}  // namespace simpler_test_heap_ring

@@ -14,6 +14,10 @@
 #include "support/chip_modules.hpp"
 #include "support/matchers.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_leaf_conformance {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -132,3 +136,5 @@ TEMPLATE_TEST_CASE(
                   UsageError);
   c.w.close();
 }
+
+}  // namespace simpler_test_leaf_conformance

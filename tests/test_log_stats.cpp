@@ -22,6 +22,10 @@
 #include "support/recording_leaf.hpp"
 #include "support/remote_server.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_log_stats {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -398,3 +402,5 @@ TEST_CASE("stats read from another thread during a run show progress and never e
   CHECK(s.tasks_submitted == kTasks + 1);
   CHECK(s.tasks_completed == kTasks + 1);
 }
+
+}  // namespace simpler_test_log_stats

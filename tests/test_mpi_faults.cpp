@@ -34,6 +34,10 @@
 #include "support/commands.hpp"
 #include "support/remote_probes.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_mpi_faults {
+
 using namespace simpler::testing;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
@@ -432,5 +436,7 @@ TEST_CASE("MPI ranks in separate network namespaces: a killed one still ends the
     check_ended_and_clean(job, kRanksAndSubs);
   }
 }
+
+}  // namespace simpler_test_mpi_faults
 
 #endif  // SIMPLER_MPI_FAULTS

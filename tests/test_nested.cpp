@@ -21,6 +21,10 @@
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_nested {
+
 using namespace simpler;
 using namespace simpler::testing;
 using Catch::Matchers::Contains;
@@ -318,3 +322,5 @@ TEST_CASE("a child that exits during init makes init() throw with its exit statu
   CHECK_THROWS_WITH(w.init(), Contains("exited with code 5 during start-up"));
   CHECK(child_count() == 0);
 }
+
+}  // namespace simpler_test_nested

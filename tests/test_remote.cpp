@@ -38,6 +38,10 @@
 #include "support/shared_arena.hpp"
 #include "support/thread_states.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_remote {
+
 using namespace simpler;
 using namespace simpler::testing;
 using Catch::Matchers::Contains;
@@ -900,3 +904,5 @@ TEST_CASE("close() reports a remote session that died between runs", "[remote][d
       w.close(), TransportError,
       WhatContains("children ended abnormally: remote worker 0 (" + server.endpoint() + ")"));
 }
+
+}  // namespace simpler_test_remote

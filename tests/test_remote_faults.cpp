@@ -22,6 +22,10 @@
 #include "support/remote_probes.hpp"
 #include "support/remote_server.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_remote_faults {
+
 using namespace simpler;
 using namespace simpler::testing;
 using namespace std::chrono_literals;
@@ -601,3 +605,5 @@ TEST_CASE("a server at its session limit refuses the next client and keeps servi
   CHECK(children_of(server.pid()).size() == 1);
   CHECK(first.bumped() == 42);
 }
+
+}  // namespace simpler_test_remote_faults

@@ -30,6 +30,10 @@
 #include "support/gate.hpp"
 #include "support/remote_probes.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_remote_netns {
+
 #ifndef SIMPLER_EXAMPLE_REMOTE_L3  // tests/CMakeLists.txt sets it when the examples are built
 #define SIMPLER_EXAMPLE_REMOTE_L3 ""
 #endif
@@ -315,3 +319,5 @@ TEST_CASE("a remote L3 in another network namespace runs a DAG and fails fast wh
   CHECK(WIFEXITED(*status));
   CHECK(WEXITSTATUS(*status) == 0);
 }
+
+}  // namespace simpler_test_remote_netns

@@ -26,6 +26,10 @@
 #include "simpler/types.hpp"
 #include "support/matchers.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_remote_wire {
+
 namespace wire = simpler::wire;
 using simpler::CallConfig;
 using simpler::ContinuousTensor;
@@ -1423,3 +1427,5 @@ TEST_CASE("nonces and session ids are fresh", "[remote][remote-wire]") {
   CHECK(t != 0);
   CHECK(s != t);
 }
+
+}  // namespace simpler_test_remote_wire

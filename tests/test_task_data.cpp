@@ -23,6 +23,10 @@
 #include "simpler/types.hpp"
 #include "support/matchers.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_task_data {
+
 using simpler::CallableHandle;
 using simpler::CallableKind;
 using simpler::CallConfig;
@@ -611,3 +615,5 @@ TEST_CASE("a default CallableHandle is not valid", "[task-data]") {
   CHECK(std::string_view(simpler::to_string(CallableKind::Orch)) == "orch");
   CHECK(std::string_view(simpler::to_string(CallableKind::Chip)) == "chip");
 }
+
+}  // namespace simpler_test_task_data

@@ -15,6 +15,10 @@
 #include "simpler/detail/tensor_map.hpp"
 #include "support/legacy_tensor_map.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_tensor_map {
+
 using simpler::TaskSlot;
 using simpler::detail::TensorMap;
 
@@ -858,3 +862,5 @@ TEST_CASE("a tensor map of 200k segments keeps them in huge-page blocks and find
   }
   CHECK(simpler::detail::big_bytes_mapped() == mapped);
 }
+
+}  // namespace simpler_test_tensor_map

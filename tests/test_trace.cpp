@@ -14,6 +14,10 @@
 #include "support/shared_arena.hpp"
 #include "support/trace_files.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_trace {
+
 using namespace simpler;
 using namespace simpler::testing;
 using Catch::Matchers::Contains;
@@ -309,3 +313,5 @@ TEST_CASE("a run's output_prefix must be an existing directory", "[trace][errors
   CHECK_THROWS_AS(Worker(bad), UsageError);
   w.close();
 }
+
+}  // namespace simpler_test_trace

@@ -9,6 +9,10 @@
 #include "support/shared_arena.hpp"
 #include "support/trace_files.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_trace_chip {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -67,3 +71,5 @@ TEMPLATE_TEST_CASE("a traced L4 -> L3 -> chip + sub run shows the chip's kernels
   CHECK_FALSE(t.thread_names(chip).empty());
   w4.close();
 }
+
+}  // namespace simpler_test_trace_chip

@@ -25,6 +25,10 @@
 #include "support/remote_server.hpp"
 #include "support/trace_files.hpp"
 
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_trace_remote {
+
 using namespace simpler;
 using namespace simpler::testing;
 
@@ -350,3 +354,5 @@ TEST_CASE("shifting trace records moves times, never addresses or byte counts", 
   CHECK_FALSE(detail::shift_trace_records(junk, 5));
   CHECK(junk == before);
 }
+
+}  // namespace simpler_test_trace_remote
