@@ -859,6 +859,19 @@ TEST_CASE(
     CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(20));
     CHECK_FALSE(ev.has_waiters());
   }
+
+  // A timeout of zero: the predicate is asked once by the (empty) spin and once after the
+  // registration, never a third time (an idle lane passing through here must not re-check its
+  // rings once more for nothing).
+  calls = 0;
+  CHECK_FALSE(ev.await_for(
+      [&] {
+        ++calls;
+        return false;
+      },
+      std::chrono::nanoseconds(0), std::chrono::nanoseconds(0)));
+  CHECK(calls == 2);
+  CHECK_FALSE(ev.has_waiters());
 }
 
 TEST_CASE("EventCount loses no wake-up between two threads that only sleep",

@@ -62,23 +62,7 @@ class EventCount {
   template <class Ready>
   bool await(Ready&& ready, std::chrono::nanoseconds spin,
              std::chrono::steady_clock::time_point deadline) {
-    if (spin_until(ready, spin)) return true;
-    for (;;) {
-      waiters_.fetch_add(1, std::memory_order_seq_cst);
-      const std::uint32_t key = epoch_.load(std::memory_order_seq_cst);
-      if (ready()) {
-        waiters_.fetch_sub(1, std::memory_order_relaxed);
-        return true;
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) {
-        waiters_.fetch_sub(1, std::memory_order_relaxed);
-        return false;
-      }
-      futex_wait(&epoch_, key, deadline - now, shared_);
-      waiters_.fetch_sub(1, std::memory_order_relaxed);
-      if (ready()) return true;
-    }
+    return spin_until(ready, spin) || sleep_until(ready, deadline);
   }
 
   /// As above, with the deadline `timeout` after the spin ends: the clock is read only if the
@@ -86,8 +70,7 @@ class EventCount {
   /// next task posted) pays no clock read at all.
   template <class Ready>
   bool await_for(Ready&& ready, std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout) {
-    if (spin_until(ready, spin)) return true;
-    return await(ready, std::chrono::nanoseconds(0), std::chrono::steady_clock::now() + timeout);
+    return spin_until(ready, spin) || sleep_until(ready, std::chrono::steady_clock::now() + timeout);
   }
 
   /// Polls `ready()` for up to `spin`: kPollsBeforeYield polls, then a yield every
@@ -128,6 +111,29 @@ class EventCount {
   }
 
  private:
+  // The sleeping half of await(), entered once the spin found `ready()` false: register, check
+  // `ready()` again (a notifier that published before the registration skipped the wake-up),
+  // sleep. No check before the registration: the spin has just made it.
+  template <class Ready>
+  bool sleep_until(Ready& ready, std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+      waiters_.fetch_add(1, std::memory_order_seq_cst);
+      const std::uint32_t key = epoch_.load(std::memory_order_seq_cst);
+      if (ready()) {
+        waiters_.fetch_sub(1, std::memory_order_relaxed);
+        return true;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        waiters_.fetch_sub(1, std::memory_order_relaxed);
+        return false;
+      }
+      futex_wait(&epoch_, key, deadline - now, shared_);
+      waiters_.fetch_sub(1, std::memory_order_relaxed);
+      if (ready()) return true;
+    }
+  }
+
   std::atomic<std::uint32_t> epoch_{0};
   std::atomic<std::uint32_t> waiters_{0};
   bool shared_;
