@@ -70,7 +70,8 @@ class EventCount {
   /// next task posted) pays no clock read at all.
   template <class Ready>
   bool await_for(Ready&& ready, std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout) {
-    return spin_until(ready, spin) || sleep_until(ready, std::chrono::steady_clock::now() + timeout);
+    return spin_until(ready, spin) ||
+           sleep_until(ready, std::chrono::steady_clock::now() + timeout);
   }
 
   /// Polls `ready()` for up to `spin`: kPollsBeforeYield polls, then a yield every
