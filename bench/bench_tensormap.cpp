@@ -8,6 +8,8 @@
 //   read_repeat     add_reader() of an existing segment's exact range (an Input, Hazards::All)
 //   lookup_repeat   lookup() of an existing segment's exact range (an Input, Hazards::Raw)
 //   new_insert      insert() of a range in a gap nothing covers (a tensor never seen)
+//   append          insert() of new ranges past every segment, in address order (tensors
+//                   allocated in turn, as a heap ring hands them out), then untimed erasure
 //   erase           erase_owned() of those new ranges (their tasks retire)
 //   retire_rewrite  erase_owned() then insert() of an existing range (a chain: a task retires,
 //                   the next writes the same buffer)
@@ -126,6 +128,18 @@ struct TmapContender {
       }
     });
   }
+  // Inserts k new segments past every one there is, in address order (timed), then erases them.
+  // Each round goes further up, so it never meets what an earlier one left (holes).
+  double append(std::uint64_t n, std::uint64_t k) {
+    const std::uint64_t first = n + (++round) * k;
+    const double ns = sb::time_ns([&] {
+      for (std::uint64_t i = first; i < first + k; ++i)
+        m.insert(0, seg_begin(i), seg_begin(i) + kLen, static_cast<TaskSlot>(i & 0xFFFF));
+    });
+    for (std::uint64_t i = first; i < first + k; ++i)
+      m.erase_owned(0, seg_begin(i), seg_begin(i) + kLen, static_cast<TaskSlot>(i & 0xFFFF));
+    return ns;
+  }
 };
 
 // The baseline: a hash table of the same keys, no ordering, no ranges.
@@ -204,6 +218,15 @@ struct HashContender {
       }
     });
   }
+  double append(std::uint64_t n, std::uint64_t k) {
+    const std::uint64_t first = n + (++round) * k;
+    const double ns = sb::time_ns([&] {
+      for (std::uint64_t i = first; i < first + k; ++i)
+        m.emplace(seg_begin(i), Rec{seg_begin(i) + kLen, static_cast<TaskSlot>(i & 0xFFFF), {}, 0});
+    });
+    for (std::uint64_t i = first; i < first + k; ++i) m.erase(seg_begin(i));
+    return ns;
+  }
 };
 
 std::size_t heap_in_use() {
@@ -221,7 +244,8 @@ int run(int argc, char** argv) {
       opt.tiny ? std::vector<std::uint32_t>{1000, 10'000}
                : std::vector<std::uint32_t>{1000, 10'000, 100'000, 1'000'000};
   const std::vector<std::string> ops = {"write_repeat", "read_repeat", "lookup_repeat",
-                                        "new_insert",   "erase",       "retire_rewrite"};
+                                        "new_insert",   "erase",       "retire_rewrite",
+                                        "append"};
   std::mt19937_64 rng(42);
   for (std::uint32_t n : sizes) {
     rep.probe();
@@ -253,6 +277,7 @@ int run(int argc, char** argv) {
         if (op == "lookup_repeat") return c.lookup_repeat(order);
         if (op == "new_insert") return c.new_then_erase(order, true);
         if (op == "erase") return c.new_then_erase(order, false);
+        if (op == "append") return c.append(n, k);
         return c.retire_rewrite(order) / 2;  // two operations each
       };
       std::vector<sb::Contender> cs;

@@ -505,8 +505,25 @@ void random_against_map(std::uint64_t seed) {
         const std::uint64_t k = rng() % 4 == 0 ? rng() % 5000 : (s * 7) % 5000;
         if (ref.contains(k)) continue;
         const std::uint64_t v = rng();
-        // Plain, or near an entry that may or may not be next to the key (any place is valid).
-        auto it = s % 3 == 0 ? ix.insert(k, v) : ix.insert(ix.lower_bound(rng() % 5000), k, v);
+        // Plain; near an entry that may or may not be next to the key (any place is valid);
+        // before the entry after it; after the entry before it.
+        auto it = ix.end();
+        switch (s % 4) {
+          case 0:
+            it = ix.insert(k, v);
+            break;
+          case 1:
+            it = ix.insert(ix.lower_bound(rng() % 5000), k, v);
+            break;
+          case 2:
+            it = ix.insert_before(ix.lower_bound(k), k, v);
+            break;
+          default: {
+            auto before = ix.lower_bound(k);
+            it = ix.prev(before) ? ix.insert_after(before, k, v)
+                                 : ix.insert_before(ix.lower_bound(k), k, v);
+          }
+        }
         places.push_back(Index::place_of(it));
         REQUIRE(it.key() == k);
         REQUIRE(it.value() == v);
@@ -568,6 +585,38 @@ TEST_CASE("an OrderedIndex matches std::map over random inserts and erasures", "
   for (std::uint64_t seed = 1; seed <= 6; ++seed)
     random_against_map<OrderedIndex<std::uint64_t, std::uint64_t, 8, 3>>(seed);
   random_against_map<OrderedIndex<std::uint64_t, std::uint64_t>>(7);
+}
+
+TEST_CASE("an OrderedIndex filled in key order leaves its leaves full", "[containers]") {
+  // Keys that only grow (tensors allocated in address order): each append to a full last leaf
+  // starts a new one instead of splitting it in half, whichever insert is used.
+  OrderedIndex<std::uint64_t, std::uint64_t, 8, 3> a;
+  OrderedIndex<std::uint64_t, std::uint64_t, 8, 3> b;
+  for (std::uint64_t k = 0; k < 2000; k += 2) {
+    a.insert(k, k);
+    const auto it = b.insert_before(b.lower_bound(k), k, k);  // lower_bound: end()
+    REQUIRE(it.key() == k);
+  }
+  CHECK(a.leaf_count() == 125);
+  CHECK(b.leaf_count() == 125);
+  REQUIRE(b.lower_bound(1998).key() == 1998);
+  REQUIRE(b.lower_bound(1999) == b.end());
+  // Keys between them still go where they belong: into the full leaves, which split.
+  std::uint64_t added = 0;
+  for (std::uint64_t k = 1; k < 2000; k += 14, ++added) {
+    const auto it = b.insert_before(b.lower_bound(k), k, k);
+    REQUIRE(it.key() == k);
+  }
+  REQUIRE(b.size() == 1000 + added);
+  std::uint64_t n = 0;
+  std::uint64_t last = 0;
+  for (auto it = b.begin(); it != b.end(); ++it, ++n) {
+    if (n > 0) REQUIRE(last < it.key());
+    last = it.key();
+    REQUIRE(it.value() == it.key());
+    REQUIRE(b.find(it.key()) == it);
+  }
+  REQUIRE(n == b.size());
 }
 
 TEST_CASE("an OrderedIndex erased in walks keeps what follows and empties fully", "[containers]") {

@@ -6,7 +6,9 @@
 // stored in the nodes; leaves are linked both ways for in-order walks.
 //
 // Iterators are (leaf, position) and, unlike std::map's, every insert() or erase() invalidates
-// them all, except the one each returns. Erasure removes a leaf once it is empty and merges a leaf
+// them all, except the one each returns. A full leaf splits in half, except the last one when the
+// key goes after all others: keys inserted in order then leave full leaves behind (and a key past
+// the last one is found without a walk). Erasure removes a leaf once it is empty and merges a leaf
 // under a quarter full into a sibling of the same parent that has room, so the leaves stay
 // proportional to the keys; inner nodes are dropped only when empty. Nodes come from pools that
 // keep freed nodes, so a map that reached its working size allocates nothing more. Single-owner:
@@ -146,6 +148,9 @@ class OrderedIndex {
 
   /// The first key not less than `k`.
   [[nodiscard]] iterator lower_bound(const K& k) const noexcept {
+    // Past the last key (an append: keys that grow, as tensors allocated in address order do):
+    // no walk from the root.
+    if (last_->n != 0 && last_->keys[last_->n - 1] < k) return end();
     Leaf* l = leaf_for(k);
     const std::uint32_t i = lower(l->keys, l->n, k);
     if (i == l->n) return l->next != nullptr ? iterator(l->next, 0) : end();
@@ -203,32 +208,27 @@ class OrderedIndex {
     if (l == nullptr || l->n == 0 || !(l->keys[0] < k) || !(k < l->keys[l->n - 1])) {
       l = leaf_for(k);
     }
-    const std::uint32_t i = lower(l->keys, l->n, k);
-    ++size_;
-    if (l->n < kLeafCap) {
-      put(l, i, k, v);
-      return {l, i};
-    }
-    // Full: the upper half moves to a new leaf after it, which the parent then separates.
-    Leaf* r = new_leaf();
-    constexpr std::uint32_t h = kLeafCap / 2;
-    r->n = kLeafCap - h;
-    for (std::uint32_t j = 0; j < r->n; ++j) {
-      r->keys[j] = l->keys[h + j];
-      r->vals[j] = l->vals[h + j];
-    }
-    l->n = h;
-    r->prev = l;
-    r->next = l->next;
-    (l->next != nullptr ? l->next->prev : last_) = r;
-    l->next = r;
-    add_child(l, r->keys[0], r);
-    if (i <= h) {
-      put(l, i, k, v);
-      return {l, i};
-    }
-    put(r, i - h, k, v);
-    return {r, i - h};
+    return insert_at(l, lower(l->keys, l->n, k), k, v);
+  }
+
+  /// As insert(k, v) where `next` is the first entry greater than `k` (end(): none is), which is
+  /// what a lower_bound(k) that missed returns. When `k` goes into next's leaf just before it, or
+  /// after the last entry (an append), its position is known: no walk from the root and no search
+  /// of the leaf. Else as insert(next, k, v).
+  iterator insert_before(iterator next, const K& k, V v) {
+    Leaf* l = next.leaf_;
+    if (l == nullptr) return insert_at(last_, last_->n, k, v);  // after every key (or empty)
+    if (next.i_ > 0 || l->prev == nullptr) return insert_at(l, next.i_, k, v);
+    return insert(next, k, v);  // between two leaves: the parent's separator decides which
+  }
+  /// As insert(k, v) where `prev` is the last entry less than `k`: when `k` goes into prev's leaf
+  /// just after it (before the leaf's next entry, or at the end of the last leaf), without a walk
+  /// or a search. Else as insert(prev, k, v).
+  iterator insert_after(iterator prev, const K& k, V v) {
+    Leaf* l = prev.leaf_;
+    if (l != nullptr && (prev.i_ + 1 < l->n || l->next == nullptr))
+      return insert_at(l, prev.i_ + 1, k, v);
+    return insert(prev, k, v);
   }
 
   /// Removes the entry at `it`; returns the entry after it. Erasing end() does nothing.
@@ -323,6 +323,46 @@ class OrderedIndex {
     auto* l = static_cast<Leaf*>(x);
     prefetch<sizeof(l->keys)>(l->keys);
     return l;
+  }
+
+  // Puts k -> v at position i of leaf l, where it belongs in the order; a full leaf splits.
+  iterator insert_at(Leaf* l, std::uint32_t i, const K& k, V v) {
+    if (l->n < kLeafCap) {
+      put(l, i, k, v);
+      ++size_;
+      return {l, i};
+    }
+    Leaf* r = new_leaf();
+    ++size_;
+    if (i == l->n && l->next == nullptr) {
+      // An append to a full last leaf: a new last leaf of one key, so that keys inserted in
+      // order leave full leaves behind (half-full ones with the split below).
+      r->prev = l;
+      l->next = r;
+      last_ = r;
+      put(r, 0, k, v);
+      add_child(l, k, r);
+      return {r, 0};
+    }
+    // Full: the upper half moves to a new leaf after it, which the parent then separates.
+    constexpr std::uint32_t h = kLeafCap / 2;
+    r->n = kLeafCap - h;
+    for (std::uint32_t j = 0; j < r->n; ++j) {
+      r->keys[j] = l->keys[h + j];
+      r->vals[j] = l->vals[h + j];
+    }
+    l->n = h;
+    r->prev = l;
+    r->next = l->next;
+    (l->next != nullptr ? l->next->prev : last_) = r;
+    l->next = r;
+    add_child(l, r->keys[0], r);
+    if (i <= h) {
+      put(l, i, k, v);
+      return {l, i};
+    }
+    put(r, i - h, k, v);
+    return {r, i - h};
   }
 
   static void put(Leaf* l, std::uint32_t i, const K& k, V v) noexcept {
