@@ -78,6 +78,12 @@ class FaultJob {
     o.env = {"SIMPLER_TEST_MARKER=" + marker_,
              fmt::format("ASAN_OPTIONS={}{}detect_leaks=0", asan != nullptr ? asan : "",
                          asan != nullptr && *asan != '\0' ? ":" : "")};
+    // A job the watchdog has to end leaves nothing to look at afterwards: say where its
+    // processes were stuck while they still are.
+    o.before_watchdog = [this] {
+      return "processes of the job a second before the watchdog:" +
+             describe(processes_with_env("SIMPLER_TEST_MARKER", marker_));
+    };
     result_ = run_command(std::move(argv), dir_ + "/job.log", o);
   }
   FaultJob(const FaultJob&) = delete;
@@ -91,8 +97,9 @@ class FaultJob {
   [[nodiscard]] int code() const noexcept { return result_.code; }
   [[nodiscard]] const std::string& output() const noexcept { return result_.output; }
   [[nodiscard]] std::string summary() const {
-    return fmt::format("mpirun exited with {} after {} ms; its output:\n{}", result_.code,
-                       result_.elapsed.count(), result_.output);
+    return fmt::format("mpirun exited with {} after {} ms; {}{}its output:\n{}", result_.code,
+                       result_.elapsed.count(), result_.overdue,
+                       result_.overdue.empty() ? "" : "\n", result_.output);
   }
 
   /// The live processes that carry the marker once the job's dead have had up to 5 s to go

@@ -20,10 +20,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -34,6 +36,9 @@ struct CommandResult {
   int code = -1;  ///< exit code; 124 when `timeout` cut it off; -1 when it did not exit
   std::string output;
   std::chrono::milliseconds elapsed{0};  ///< from spawn to exit, for messages (never a check)
+  /// What CommandOptions::before_watchdog said, when the command was still running then; else
+  /// empty.
+  std::string overdue;
 };
 
 struct CommandOptions {
@@ -42,6 +47,10 @@ struct CommandOptions {
   int kill_after = 2;
   /// NAME=value entries added to (or replacing those in) this process's environment.
   std::vector<std::string> env;
+  /// Called once when the command still runs a second before the watchdog's SIGTERM; what it
+  /// returns goes to CommandResult::overdue. A hang leaves nothing to look at once the watchdog
+  /// has struck, so this is where a test describes what its command was stuck in.
+  std::function<std::string()> before_watchdog;
 };
 
 /// This process's environment with `extra` (NAME=value) added or replacing; the pointers live as
@@ -122,7 +131,21 @@ inline CommandResult run_command(std::vector<std::string> argv, const std::strin
   const auto start = std::chrono::steady_clock::now();
   const pid_t pid = spawn(argv, log, options.env);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  bool ended = false;
+  if (options.before_watchdog) {
+    // Poll (the command's own timer is the watchdog; a missed poll only delays the snapshot).
+    const auto snapshot_at = start + std::chrono::seconds(std::max(options.seconds - 1, 0));
+    while (!ended && std::chrono::steady_clock::now() < snapshot_at) {
+      const pid_t got = ::waitpid(pid, &status, WNOHANG);
+      if (got == pid || (got < 0 && errno != EINTR)) {
+        ended = true;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    if (!ended) r.overdue = options.before_watchdog();
+  }
+  while (!ended && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   r.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - start);
@@ -141,6 +164,8 @@ inline std::string join(const std::vector<std::string>& argv) {
 struct ProcessInfo {
   pid_t pid = 0;
   char state = '?';     ///< from /proc/<pid>/stat: R, S, D, Z, ...
+  pid_t parent = 0;     ///< from /proc/<pid>/stat
+  std::string wchan;    ///< /proc/<pid>/wchan: the kernel function it sleeps in ("0": none)
   std::string command;  ///< /proc/<pid>/cmdline, arguments joined by spaces
 };
 
@@ -173,6 +198,8 @@ inline std::vector<ProcessInfo> processes_with_env(const std::string& name,
     p.pid = static_cast<pid_t>(pid);
     p.state = stat[close + 2];
     if (p.state == 'Z' || p.state == 'X') continue;
+    p.parent = static_cast<pid_t>(std::strtol(stat.c_str() + close + 3, nullptr, 10));
+    p.wchan = slurp(fmt::format("/proc/{}/wchan", pid));
     p.command = slurp(fmt::format("/proc/{}/cmdline", pid));
     for (char& c : p.command) {
       if (c == '\0') c = ' ';
@@ -185,7 +212,10 @@ inline std::vector<ProcessInfo> processes_with_env(const std::string& name,
 
 inline std::string describe(const std::vector<ProcessInfo>& ps) {
   std::string s;
-  for (const auto& p : ps) s += fmt::format("\n  pid {} ({}): {}", p.pid, p.state, p.command);
+  for (const auto& p : ps) {
+    s += fmt::format("\n  pid {} (parent {}, {}, in {}): {}", p.pid, p.parent, p.state,
+                     p.wchan.empty() ? "?" : p.wchan, p.command);
+  }
   return s;
 }
 
