@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <regex>
@@ -61,7 +62,10 @@ std::vector<std::string> local_mpirun() {
 /// removes its scratch directory.
 class FaultJob {
  public:
-  explicit FaultJob(const std::string& scenario, std::vector<std::string> mpirun = local_mpirun()) {
+  /// `logs` (optional) lists more files whose text summary() shows.
+  explicit FaultJob(const std::string& scenario, std::vector<std::string> mpirun = local_mpirun(),
+                    std::function<std::vector<std::string>()> logs = {})
+      : logs_(std::move(logs)) {
     std::random_device rd;
     marker_ = fmt::format("mpi-faults-{}-{:08x}{:08x}", ::getpid(), rd(), rd());
     char dir[] = "/tmp/simpler-mpi-faults-XXXXXX";
@@ -75,7 +79,11 @@ class FaultJob {
     // Open MPI leaks in its plugins at exit: under ASan the leak check would fail every rank's
     // exit (the mpirun-launched ctest entries set the same through SimplerMpi.cmake).
     const char* asan = std::getenv("ASAN_OPTIONS");
-    o.env = {"SIMPLER_TEST_MARKER=" + marker_,
+    // TMPDIR: Open MPI's session directory of this job's own, removed with its scratch
+    // directory. Jobs of concurrent tests share the default one (/tmp/ompi.<host>.<uid>), and
+    // Open MPI's cleanup of it races with another job's start (open-mpi/ompi#8510: "A call to
+    // mkdir was unable to create the desired directory").
+    o.env = {"SIMPLER_TEST_MARKER=" + marker_, "TMPDIR=" + dir_,
              fmt::format("ASAN_OPTIONS={}{}detect_leaks=0", asan != nullptr ? asan : "",
                          asan != nullptr && *asan != '\0' ? ":" : "")};
     // A job the watchdog has to end leaves nothing to look at afterwards: say where its
@@ -97,9 +105,13 @@ class FaultJob {
   [[nodiscard]] int code() const noexcept { return result_.code; }
   [[nodiscard]] const std::string& output() const noexcept { return result_.output; }
   [[nodiscard]] std::string summary() const {
-    return fmt::format("mpirun exited with {} after {} ms; {}{}its output:\n{}", result_.code,
-                       result_.elapsed.count(), result_.overdue,
-                       result_.overdue.empty() ? "" : "\n", result_.output);
+    std::string s = fmt::format("mpirun exited with {} after {} ms; {}{}its output:\n{}",
+                                result_.code, result_.elapsed.count(), result_.overdue,
+                                result_.overdue.empty() ? "" : "\n", result_.output);
+    if (logs_) {
+      for (const std::string& f : logs_()) s += fmt::format("\n{}:\n{}", f, slurp(f));
+    }
+    return s;
   }
 
   /// The live processes that carry the marker once the job's dead have had up to 5 s to go
@@ -123,6 +135,7 @@ class FaultJob {
   }
 
  private:
+  std::function<std::vector<std::string>()> logs_;
   std::string marker_;
   std::string dir_;
   CommandResult result_;
@@ -143,8 +156,10 @@ void check_ended_and_clean(const FaultJob& job, int min_marked) {
 /// namespace (198.19.<pid % 256>.0/24: the bridge .1, the hosts .10-.12). mpirun's rsh launcher
 /// reaches them through an agent script that runs the daemon's command in the host's namespace
 /// with a /dev/shm of its own (ip netns exec, unshare -m), so each rank and its forked subs share
-/// neither network nor shared memory with the others. The destructor kills what is left in the
-/// namespaces and takes everything down, whatever happened.
+/// neither network nor shared memory with the others, and with a TMPDIR of its own: the hosts
+/// share the file system and a hostname, and daemons that take each other for the same host race
+/// in Open MPI's session directory (seen: "mkdir ... jf.N: File exists", the daemon exits). The
+/// destructor kills what is left in the namespaces and takes everything down, whatever happened.
 class NamespacedHosts {
  public:
   NamespacedHosts() {
@@ -208,17 +223,23 @@ class NamespacedHosts {
         "#!/bin/sh\n"
         "host=$1\n"
         "shift\n"
-        "case \"$host\" in\n{}"
+        "case \"$host\" in\n{1}"
         "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\n"
         "esac\n"
+        "log={0}/agent-$host.log\n"
+        "export TMPDIR={0}/tmp-$host\n"
+        "mkdir -p \"$TMPDIR\"\n"
+        "echo \"agent: $(date +%T.%N) starts $*\" >>\"$log\"\n"
         "exec ip netns exec \"$ns\" unshare -m sh -c "
-        "'mount -t tmpfs tmpfs /dev/shm && exec sh -c \"$0\"' \"$*\"\n",
-        agent_cases);
+        "'mount -t tmpfs tmpfs /dev/shm && exec sh -c \"$0\"' \"$*\" 2>>\"$log\"\n",
+        dir_, agent_cases);
     if (::chmod(agent().c_str(), 0755) != 0) throw std::runtime_error("chmod failed");
   }
 
   /// mpirun's command line (without -np) for one rank per host, rank i on host i: the flags of
   /// every job, with MPI traffic and mpirun's own channel on the bridge's subnet, not loopback.
+  /// The daemons stay attached to their agents (not daemonized), so what they print on standard
+  /// error reaches the agents' logs.
   [[nodiscard]] std::vector<std::string> mpirun() const {
     const std::vector<std::string> local = local_mpirun();
     std::vector<std::string> argv;
@@ -233,11 +254,24 @@ class NamespacedHosts {
     const std::string net = subnet_ + ".0/24";
     argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", net, "--mca", "oob_tcp_if_include", net,
                              "--mca", "plm_rsh_agent", agent(), "--mca", "plm_rsh_no_tree_spawn",
-                             "1", "--host", fmt::format("{},{},{}", ip(0), ip(1), ip(2))});
+                             "1", "--leave-session-attached", "--host",
+                             fmt::format("{},{},{}", ip(0), ip(1), ip(2))});
     return argv;
   }
 
   [[nodiscard]] std::string ip(int i) const { return fmt::format("{}.{}", subnet_, 10 + i); }
+
+  /// The agent's log of each host that was launched: what it ran, and the standard error of
+  /// `ip netns exec`, the mount and the daemon (mpirun keeps the daemons attached, so an error
+  /// of theirs lands here instead of nowhere).
+  [[nodiscard]] std::vector<std::string> agent_logs() const {
+    std::vector<std::string> logs;
+    for (int i = 0; i < kHosts; ++i) {
+      const std::string f = fmt::format("{}/agent-{}.log", dir_, ip(i));
+      if (std::filesystem::exists(f)) logs.push_back(f);
+    }
+    return logs;
+  }
 
  private:
   static constexpr int kHosts = 3;
@@ -407,7 +441,7 @@ TEST_CASE("MPI ranks in separate network namespaces run tasks", "[mpi][netns]") 
   NamespacedHosts hosts;
   if (!create_hosts(hosts)) return;
   {
-    FaultJob job("throw", hosts.mpirun());
+    FaultJob job("throw", hosts.mpirun(), [&hosts] { return hosts.agent_logs(); });
     INFO(job.summary());
     CHECK(job.code() == 0);
     CHECK_THAT(job.output(), Contains("mpi_faults: 'fail' failed as asked on rank 2") &&
@@ -435,7 +469,7 @@ TEST_CASE("MPI ranks in separate network namespaces: a killed one still ends the
   NamespacedHosts hosts;
   if (!create_hosts(hosts)) return;
   {
-    FaultJob job("kill", hosts.mpirun());
+    FaultJob job("kill", hosts.mpirun(), [&hosts] { return hosts.agent_logs(); });
     INFO(job.summary());
     CHECK(job.code() != 0);
     CHECK_THAT(job.output(), Contains("process rank 2") && Contains("on node " + hosts.ip(2)) &&
