@@ -13,6 +13,7 @@
 
 #include <simpler/simpler.hpp>
 
+#include "support/gate.hpp"
 #include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
@@ -187,8 +188,13 @@ TEST_CASE("a second writer of the same bytes runs after the first", "[engine][ha
 TEST_CASE("a failed reader does not poison the writer after it, a failed producer still does",
           "[engine][hazards][failure]") {
   Worker w(thread_options(2));
-  auto bad_reader =
-      w.register_sub("bad_reader", [](TaskArgsView) { throw std::runtime_error("reader broke"); });
+  // The reader fails only once every submit is in: later submits in a failed run throw at once,
+  // so an early failure would keep the writer from being submitted at all.
+  Gate submitted;
+  auto bad_reader = w.register_sub("bad_reader", [&](TaskArgsView) {
+    submitted.wait();
+    throw std::runtime_error("reader broke");
+  });
   auto set = w.register_sub("set", [](TaskArgsView v) {
     *v.tensor(0).as<std::int64_t>() = static_cast<std::int64_t>(v.scalar(0));
   });
@@ -206,6 +212,7 @@ TEST_CASE("a failed reader does not poison the writer after it, a failed produce
                  TaskArgs().add_tensor(tx).add_tensor(ty, TensorArgType::OutputExisting));
     o.submit_sub(set, TaskArgs().add_tensor(tx, TensorArgType::OutputExisting).add_scalar(5));
     o.submit_sub(copy, TaskArgs().add_tensor(ty).add_tensor(tz, TensorArgType::OutputExisting));
+    submitted.open();
   }),
                          TaskError, WhatContains("reader broke"));
   CHECK(x == 5);  // the writer ran
