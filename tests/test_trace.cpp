@@ -2,15 +2,14 @@
 // lifetime (WorkerOptions::trace_path, SIMPLER_TRACE), across nested Workers and forked children.
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include <simpler/simpler.hpp>
 
 #include "support/child_modes.hpp"
+#include "support/gate.hpp"
 #include "support/shared_arena.hpp"
 #include "support/trace_files.hpp"
 
@@ -231,9 +230,9 @@ TEST_CASE("failed and skipped tasks appear once with their outcome", "[trace][fa
   SharedArena arena;
   auto x = arena.make<std::int64_t>(1, 0);
   Worker w(thread_options(2));
-  std::atomic<bool> both_submitted{false};  // else the second submit may see the failure first
+  Gate both_submitted;  // else the second submit may see the failure first
   auto boom = w.register_sub("boom", [&](TaskArgsView) {
-    while (!both_submitted.load()) std::this_thread::yield();
+    both_submitted.wait();
     throw std::runtime_error("no");
   });
   auto after = w.register_sub("after", [](TaskArgsView) {});
@@ -247,7 +246,7 @@ TEST_CASE("failed and skipped tasks appear once with their outcome", "[trace][fa
                         TaskArgs b;
                         b.add_tensor(t, TensorArgType::Input);
                         o.submit_sub(after, std::move(b));
-                        both_submitted = true;
+                        both_submitted.open();
                       },
                       {}, diagnostics_config(dir.path(), 2, false)),
                   TaskError);
