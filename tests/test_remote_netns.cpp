@@ -320,38 +320,4 @@ TEST_CASE("a remote L3 in another network namespace runs a DAG and fails fast wh
   CHECK(WEXITSTATUS(*status) == 0);
 }
 
-// The helper these tests (and the MPI fault tests) run commands with: a command its watchdog is
-// about to end is described while it still runs (after the watchdog there is nothing to look at),
-// and one that ends in time is not.
-TEST_CASE("run_command describes a command its watchdog is about to end and no other",
-          "[hardening]") {
-  char dir[] = "/tmp/simpler-run-command-XXXXXX";
-  REQUIRE(::mkdtemp(dir) != nullptr);
-  const std::string log = std::string(dir) + "/cmd.log";
-  const std::string marker = fmt::format("run-command-{}", ::getpid());
-  CommandOptions o;
-  o.seconds = 2;
-  o.kill_after = 1;
-  o.env = {"SIMPLER_TEST_MARKER=" + marker};
-  int asked = 0;
-  o.before_watchdog = [&] {
-    ++asked;
-    return describe(processes_with_env("SIMPLER_TEST_MARKER", marker));
-  };
-  const CommandResult stuck = run_command({"sleep", "30"}, log, o);
-  CHECK(stuck.code == 124);
-  CHECK(asked == 1);
-  INFO(stuck.overdue);
-  // The snapshot names the sleeping command and where the kernel holds it.
-  CHECK_THAT(stuck.overdue, Contains("sleep 30") && Contains("(parent "));
-  CHECK(stuck.elapsed >= 1500ms);
-
-  const CommandResult quick = run_command({"true"}, log, o);
-  CHECK(quick.code == 0);
-  CHECK(asked == 1);
-  CHECK(quick.overdue.empty());
-  CHECK(quick.elapsed < 1s);
-  std::filesystem::remove_all(dir);
-}
-
 }  // namespace simpler_test_remote_netns

@@ -131,13 +131,15 @@ inline CommandResult run_command(std::vector<std::string> argv, const std::strin
   const auto start = std::chrono::steady_clock::now();
   const pid_t pid = spawn(argv, log, options.env);
   int status = 0;
+  int wait_error = 0;  // errno of a waitpid that failed for another reason than a signal
   bool ended = false;
   if (options.before_watchdog) {
     // Poll (the command's own timer is the watchdog; a missed poll only delays the snapshot).
     const auto snapshot_at = start + std::chrono::seconds(std::max(options.seconds - 1, 0));
     while (!ended && std::chrono::steady_clock::now() < snapshot_at) {
       const pid_t got = ::waitpid(pid, &status, WNOHANG);
-      if (got == pid || (got < 0 && errno != EINTR)) {
+      if (got < 0 && errno != EINTR) wait_error = errno;
+      if (got == pid || wait_error != 0) {
         ended = true;
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -145,12 +147,21 @@ inline CommandResult run_command(std::vector<std::string> argv, const std::strin
     }
     if (!ended) r.overdue = options.before_watchdog();
   }
-  while (!ended && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (!ended) {
+    if (::waitpid(pid, &status, 0) == pid) break;
+    if (errno != EINTR) {
+      wait_error = errno;
+      break;
+    }
   }
   r.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - start);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  // A command that could not be waited for did not succeed, whatever `status` holds.
+  r.code = wait_error == 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.output = slurp(log);
+  if (wait_error != 0)
+    r.output +=
+        fmt::format("\n[run_command: waitpid({}) failed: {}]\n", pid, std::strerror(wait_error));
   return r;
 }
 

@@ -1,0 +1,106 @@
+// The helper the process tests (netns, MPI faults) run commands with: its watchdog snapshot, and
+// what it reports when the OS will not let it wait for the command.
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "support/commands.hpp"
+
+// The file's own namespace: the unity build compiles several test files as one unit, and
+// their file-local names and using-directives must not meet (tests/CMakeLists.txt).
+namespace simpler_test_support_commands {
+
+using namespace simpler::testing;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    char dir[] = "/tmp/simpler-run-command-XXXXXX";
+    REQUIRE(::mkdtemp(dir) != nullptr);
+    path = dir;
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+  [[nodiscard]] std::string log() const { return path + "/cmd.log"; }
+};
+
+/// SIGCHLD ignored while it lives: the kernel reaps children itself, so waitpid fails (ECHILD).
+struct ChildrenReapedByKernel {
+  struct sigaction old {};
+  ChildrenReapedByKernel() {
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    REQUIRE(::sigaction(SIGCHLD, &ign, &old) == 0);
+  }
+  ~ChildrenReapedByKernel() { ::sigaction(SIGCHLD, &old, nullptr); }
+};
+
+}  // namespace
+
+// A command its watchdog is about to end is described while it still runs (after the watchdog
+// there is nothing to look at), and one that ends in time is not.
+TEST_CASE("run_command describes a command its watchdog is about to end and no other",
+          "[hardening]") {
+  const ScratchDir dir;
+  const std::string log = dir.log();
+  const std::string marker = fmt::format("run-command-{}", ::getpid());
+  CommandOptions o;
+  o.seconds = 2;
+  o.kill_after = 1;
+  o.env = {"SIMPLER_TEST_MARKER=" + marker};
+  int asked = 0;
+  o.before_watchdog = [&] {
+    ++asked;
+    return describe(processes_with_env("SIMPLER_TEST_MARKER", marker));
+  };
+  const CommandResult stuck = run_command({"sleep", "30"}, log, o);
+  CHECK(stuck.code == 124);
+  CHECK(asked == 1);
+  INFO(stuck.overdue);
+  // The snapshot names the sleeping command and where the kernel holds it.
+  CHECK_THAT(stuck.overdue, Contains("sleep 30") && Contains("(parent "));
+  CHECK(stuck.elapsed >= 1500ms);
+
+  const CommandResult quick = run_command({"true"}, log, o);
+  CHECK(quick.code == 0);
+  CHECK(asked == 1);
+  CHECK(quick.overdue.empty());
+  CHECK(quick.elapsed < 1s);
+}
+
+// A waitpid that fails (here ECHILD: the kernel already reaped the command) is a failed command
+// with the reason in its output, never exit 0; with the snapshot poll and without it.
+TEST_CASE("run_command reports a command it could not wait for as failed", "[hardening]") {
+  const ScratchDir dir;
+  const ChildrenReapedByKernel reaped;
+  const CommandResult plain = run_command({"true"}, dir.log());
+  CHECK(plain.code == -1);
+  CHECK_THAT(plain.output, Contains("waitpid(") && Contains("No child processes"));
+
+  CommandOptions o;
+  o.seconds = 5;
+  int asked = 0;
+  o.before_watchdog = [&] {
+    ++asked;
+    return std::string("snapshot");
+  };
+  const CommandResult polled = run_command({"true"}, dir.log(), o);
+  CHECK(polled.code == -1);
+  CHECK_THAT(polled.output, Contains("No child processes"));
+  CHECK(asked == 0);  // it ended long before the watchdog
+  CHECK(polled.elapsed < 4s);
+}
+
+}  // namespace simpler_test_support_commands
