@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "simpler/detail/asymmetric_fence.hpp"
 #include "simpler/detail/big_array.hpp"
 #include "simpler/detail/event_count.hpp"
 #include "simpler/detail/ordered_index.hpp"
@@ -813,7 +814,7 @@ std::vector<std::uint32_t> drained(ReadyRing& r) {
 TEST_CASE("a ReadyRing hands records over in push order, with their fields", "[containers]") {
   auto r = std::make_unique<ReadyRing>();
   CHECK(r->empty());
-  for (std::uint32_t i = 0; i < 10; ++i) REQUIRE(r->push(record(i)));
+  for (std::uint32_t i = 0; i < 10; ++i) REQUIRE(r->push(record(i), false));
   CHECK_FALSE(r->empty());
   CHECK(drained(*r) == std::vector<std::uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   CHECK(r->empty());
@@ -826,21 +827,21 @@ TEST_CASE("a full ReadyRing refuses a push until a drain frees its places, and w
   std::uint32_t next = 0;
   std::uint32_t expect = 0;
   for (int round = 0; round < 3; ++round) {  // 3 fills: the positions wrap twice
-    while (r->push(record(next))) ++next;
+    while (r->push(record(next), false)) ++next;
     CHECK(next - expect == ReadyRing::kCapacity);
-    CHECK_FALSE(r->push(record(next)));  // still full: refused again, nothing overwritten
+    CHECK_FALSE(r->push(record(next), false));  // still full: refused again, nothing overwritten
     const auto got = drained(*r);
     REQUIRE(got.size() == ReadyRing::kCapacity);
     for (std::uint32_t v : got) CHECK(v == expect++);
   }
   // Part-full: only the free places are taken.
-  for (std::uint32_t i = 0; i < 10; ++i) REQUIRE(r->push(record(next++)));
+  for (std::uint32_t i = 0; i < 10; ++i) REQUIRE(r->push(record(next++), false));
   CHECK(drained(*r).size() == 10);
 }
 
 TEST_CASE("a drain that throws hands out the record it was on only once", "[containers]") {
   auto r = std::make_unique<ReadyRing>();
-  for (std::uint32_t i = 0; i < 5; ++i) REQUIRE(r->push(record(i)));
+  for (std::uint32_t i = 0; i < 5; ++i) REQUIRE(r->push(record(i), false));
   std::vector<std::uint32_t> seen;
   CHECK_THROWS_AS(r->drain([&](const ReadyRecord& x) {
     seen.push_back(x.slot);
@@ -853,6 +854,8 @@ TEST_CASE("a drain that throws hands out the record it was on only once", "[cont
 
 TEST_CASE("a ReadyRing passes every record once from one producer thread to a consumer thread",
           "[containers]") {
+  // Light pushes (a release store) publish the records as the seq_cst ones do.
+  const bool light = GENERATE(false, true);
   auto r = std::make_unique<ReadyRing>();
   constexpr std::uint32_t kCount = 200'000;
   std::vector<std::uint32_t> got;
@@ -865,7 +868,7 @@ TEST_CASE("a ReadyRing passes every record once from one producer thread to a co
   });
   std::uint64_t refused = 0;
   for (std::uint32_t i = 0; i < kCount;) {
-    if (r->push(record(i))) {
+    if (r->push(record(i), light)) {
       ++i;
     } else {
       ++refused;
@@ -928,10 +931,21 @@ TEST_CASE("EventCount loses no wake-up between two threads that only sleep",
   // Ping-pong with no spin, so every hand-off goes through the registration and the re-check. A
   // lost wake-up leaves one side asleep until its deadline (the wait then sees the ball and
   // returns true), so a wait that took close to the deadline counts as a miss; the first miss
-  // ends the test.
-  simpler::detail::EventCount to_b;
-  simpler::detail::EventCount to_a;
+  // ends the test. Asymmetric: the throws are release stores with only a light fence, and the
+  // sleeper's heavy fence must make them visible to its last check.
+  const bool asymmetric = GENERATE(false, true);
+  if (asymmetric) REQUIRE(simpler::detail::heavy_fence_available());
+  simpler::detail::EventCount to_b(false, asymmetric);
+  simpler::detail::EventCount to_a(false, asymmetric);
   std::atomic<std::uint32_t> ball{0};  // odd: b's turn, even: a's
+  const auto throw_ball = [&](std::uint32_t v) {
+    if (asymmetric) {
+      ball.store(v, std::memory_order_release);
+      simpler::detail::light_fence();
+    } else {
+      ball.store(v, std::memory_order_seq_cst);
+    }
+  };
   std::atomic<bool> missed{false};
   constexpr std::uint32_t kRounds = 2000;
   constexpr auto kDeadline = std::chrono::milliseconds(2000);
@@ -951,18 +965,76 @@ TEST_CASE("EventCount loses no wake-up between two threads that only sleep",
   };
   std::thread b([&] {
     for (std::uint32_t i = 0; i < kRounds && wait_for_ball(to_b, to_a, 2 * i + 1); ++i) {
-      ball.store(2 * i + 2, std::memory_order_seq_cst);
+      throw_ball(2 * i + 2);
       to_a.notify_all();
     }
   });
   for (std::uint32_t i = 0; i < kRounds; ++i) {
-    ball.store(2 * i + 1, std::memory_order_seq_cst);
+    throw_ball(2 * i + 1);
     to_b.notify_all();
     if (!wait_for_ball(to_a, to_b, 2 * i + 2)) break;
   }
   b.join();
   CHECK_FALSE(missed.load());
   CHECK(ball.load() == 2 * kRounds);
+}
+
+// The store-buffering litmus test: each thread stores its flag, then loads the other's. One side
+// has only a compiler fence; the other's heavy fence must make the two never both read the old
+// value. (With a compiler fence on both sides, x86 shows that outcome within a few thousand
+// rounds: the store waits in the store buffer while the load completes.)
+TEST_CASE("a heavy fence orders a light side's store before its load", "[containers][fence]") {
+  REQUIRE(simpler::detail::heavy_fence_available());
+  constexpr std::uint32_t kRounds = 20'000;
+  std::atomic<std::uint32_t> x{0};
+  std::atomic<std::uint32_t> y{0};
+  std::atomic<std::uint32_t> go{0};    // the round both may start
+  std::atomic<std::uint32_t> done{0};  // rounds the light side finished
+  std::vector<std::uint32_t> light_saw(kRounds);
+  std::vector<std::uint32_t> heavy_saw(kRounds);
+  const auto until = [](const auto& pred) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (std::uint32_t n = 0; !pred(); ++n) {
+      if ((n & 255U) == 255U) {
+        if (std::chrono::steady_clock::now() > end) return false;
+        std::this_thread::yield();
+      }
+    }
+    return true;
+  };
+  std::atomic<bool> stuck{false};
+  std::thread light([&] {
+    for (std::uint32_t r = 1; r <= kRounds; ++r) {
+      if (!until([&] { return go.load(std::memory_order_acquire) >= r || stuck.load(); })) {
+        stuck.store(true);
+      }
+      if (stuck.load()) return;
+      x.store(r, std::memory_order_release);
+      simpler::detail::light_fence();
+      light_saw[r - 1] = y.load(std::memory_order_relaxed);
+      done.store(r, std::memory_order_release);
+    }
+  });
+  std::uint32_t failed_fences = 0;
+  for (std::uint32_t r = 1; r <= kRounds && !stuck.load(); ++r) {
+    go.store(r, std::memory_order_release);
+    // The light side sees `go` about a cross-core hop later: a delay that varies over that range
+    // makes the two sides' stores and loads overlap in some rounds.
+    for (std::uint32_t spin = (r * 37U) % 512U; spin != 0; --spin) asm volatile("");
+    y.store(r, std::memory_order_seq_cst);
+    if (!simpler::detail::heavy_fence()) ++failed_fences;
+    heavy_saw[r - 1] = x.load(std::memory_order_relaxed);
+    if (!until([&] { return done.load(std::memory_order_acquire) >= r || stuck.load(); })) {
+      stuck.store(true);
+    }
+  }
+  light.join();
+  REQUIRE_FALSE(stuck.load());
+  CHECK(failed_fences == 0);
+  std::uint32_t both_old = 0;  // rounds where neither side saw the other's store of that round
+  for (std::uint32_t r = 1; r <= kRounds; ++r)
+    both_old += light_saw[r - 1] < r && heavy_saw[r - 1] < r;
+  CHECK(both_old == 0);
 }
 
 }  // namespace simpler_test_containers

@@ -133,8 +133,11 @@ struct EngineCore {
   /// ring's overflow and the successors lanes make ready go through the stack.
   alignas(kCacheLine) SlotStack ready_inbox;
   ReadyRing ready_ring;
-  alignas(kCacheLine) LaneStack done;         ///< lanes -> Scheduler: finished tasks
-  alignas(kCacheLine) EventCount sched_wake;  ///< Scheduler sleeps here
+  alignas(kCacheLine) LaneStack done;  ///< lanes -> Scheduler: finished tasks
+  /// Scheduler sleeps here. Asymmetric when membarrier allows: the Orchestrator's ready-ring
+  /// pushes (one per task) then carry no store-load fence; the scheduler pays a heavy fence when
+  /// it goes to sleep instead (OrchestratorBase::dispatch_published).
+  alignas(kCacheLine) EventCount sched_wake{false, heavy_fence_available()};
   std::atomic<bool> stop{false};
   /// Set by the Orchestrator while it polls for its run's fence, doing the scheduler's passes
   /// itself (SchedulerCore::try_pass): lanes then push without waking the scheduler thread (see

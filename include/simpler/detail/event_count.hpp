@@ -12,10 +12,13 @@
 // check sees the published change.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <thread>
+
+#include "simpler/detail/asymmetric_fence.hpp"
 
 namespace simpler::detail {
 
@@ -36,7 +39,15 @@ inline void cpu_relax() noexcept {
 
 class EventCount {
  public:
-  explicit EventCount(bool shared = false) noexcept : shared_(shared) {}
+  /// `asymmetric`: notifiers publish with a release store and a light_fence() (no store-load
+  /// fence of their own) before notify_all(); the waiter then issues heavy_fence() between its
+  /// registration and its last check (asymmetric_fence.hpp). Only in-process: membarrier reaches
+  /// this process's threads only.
+  explicit EventCount(bool shared = false, bool asymmetric = false) noexcept
+      : shared_(shared), asymmetric_(asymmetric && !shared) {}
+
+  /// Whether notifiers may publish with light_fence() (see the constructor).
+  [[nodiscard]] bool asymmetric() const noexcept { return asymmetric_; }
 
   /// Wakes every registered waiter. Call after publishing the change with a seq_cst operation.
   void notify_all() noexcept {
@@ -119,6 +130,10 @@ class EventCount {
   bool sleep_until(Ready& ready, std::chrono::steady_clock::time_point deadline) {
     for (;;) {
       waiters_.fetch_add(1, std::memory_order_seq_cst);
+      // A light notifier's publish may still sit in its core's store buffer: the heavy fence
+      // makes it visible to the check below, or makes the notifier see the registration. If the
+      // kernel refuses it, sleep in short naps (a missed publish then costs a nap, not a hang).
+      const bool fenced = !asymmetric_ || heavy_fence();
       const std::uint32_t key = epoch_.load(std::memory_order_seq_cst);
       if (ready()) {
         waiters_.fetch_sub(1, std::memory_order_relaxed);
@@ -129,15 +144,21 @@ class EventCount {
         waiters_.fetch_sub(1, std::memory_order_relaxed);
         return false;
       }
-      futex_wait(&epoch_, key, deadline - now, shared_);
+      const std::chrono::nanoseconds left = deadline - now;
+      futex_wait(&epoch_, key,
+                 fenced ? left : std::min<std::chrono::nanoseconds>(left, kUnfencedNap), shared_);
       waiters_.fetch_sub(1, std::memory_order_relaxed);
       if (ready()) return true;
     }
   }
 
+  /// The longest sleep when heavy_fence() failed: how late a publish it did not see can be taken.
+  static constexpr std::chrono::milliseconds kUnfencedNap{1};
+
   std::atomic<std::uint32_t> epoch_{0};
   std::atomic<std::uint32_t> waiters_{0};
   bool shared_;
+  bool asymmetric_;
 };
 
 }  // namespace simpler::detail

@@ -737,7 +737,11 @@ inline void OrchestratorBase::hand_over_ready(Slot& s) noexcept {
   // slot, as for any skip), takes the inbox. `poisoned` is final here: the pending decrement
   // that made the task ready acquired its producers' flags.
   if (!s.is_group() && !s.poisoned.load(std::memory_order_relaxed)) {
-    if (core_.ready_ring.push({s.id, s.target0, s.role, s.callable_kind})) return;  // seq_cst
+    // Light when sched_wake is asymmetric: dispatch_published fences before it relies on more.
+    if (core_.ready_ring.push({s.id, s.target0, s.role, s.callable_kind},
+                              core_.sched_wake.asymmetric())) {
+      return;
+    }
     core_.stats.ready_overflows.add();
   }
   core_.ready_inbox.push(&s);  // seq_cst as well
@@ -759,7 +763,12 @@ inline void OrchestratorBase::reclaim_before_growing() noexcept {
 // bench_engine's a1 row, 100k tasks with an output each, at 1190 -> 2004 and 1359 -> 1907
 // ns/task in two A/B pairs on a noisy machine).
 inline void OrchestratorBase::dispatch_published() noexcept {
+  // After a light ring push, this load may pass the push: then the scheduler registered after
+  // it, and its heavy fence makes the push visible to its check before it sleeps.
   if (!core_.sched_wake.has_waiters()) return;
+  // A sleeper is there: from here on the push must be visible before the loads below (the pass
+  // token, and the holder's look for input when it lets go, pair with it as before).
+  if (core_.sched_wake.asymmetric()) std::atomic_thread_fence(std::memory_order_seq_cst);
   detail::SchedulerCore* d = core_.driving();
   if (d != nullptr && core_.pool.live() <= kInlineDispatchLive) {
     d->try_pass(core_.stats.orch_passes);

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "simpler/callable.hpp"
+#include "simpler/detail/asymmetric_fence.hpp"
 #include "simpler/detail/cache_line.hpp"
 #include "simpler/detail/slot.hpp"
 #include "simpler/task.hpp"
@@ -32,16 +33,26 @@ class ReadyRing {
  public:
   static constexpr std::uint32_t kCapacity = 1024;
 
-  /// Producer only. The tail store is seq_cst, like the stack's push: it publishes the task data
-  /// written before it, and an EventCount notify after it cannot miss a sleeping consumer.
-  [[nodiscard]] bool push(const ReadyRecord& r) noexcept {
+  /// Producer only. The tail store publishes the task data written before it. `light` (the
+  /// consumer's EventCount is asymmetric): a release store and a light_fence(); the producer must
+  /// then issue a seq_cst fence before anything but that EventCount's has_waiters() relies on the
+  /// push being seen (the sleeper's heavy_fence() covers the has_waiters() check itself).
+  /// Otherwise seq_cst, like the stack's push, so an EventCount notify after it cannot miss a
+  /// sleeping consumer. The seq_cst store (an xchg) waits for the tail's line, which the
+  /// consumer's last look took: most of an empty task's submit (docs/engine.md, the ready ring).
+  [[nodiscard]] bool push(const ReadyRecord& r, bool light) noexcept {
     const std::uint32_t t = tail_.load(std::memory_order_relaxed);
     if (t - head_seen_ == kCapacity) {
       head_seen_ = head_.load(std::memory_order_acquire);
       if (t - head_seen_ == kCapacity) return false;
     }
     records_[t % kCapacity] = r;
-    tail_.store(t + 1, std::memory_order_seq_cst);
+    if (light) {
+      tail_.store(t + 1, std::memory_order_release);
+      light_fence();
+    } else {
+      tail_.store(t + 1, std::memory_order_seq_cst);
+    }
     return true;
   }
   /// Any thread.
