@@ -128,12 +128,21 @@ class EventCount {
   // sleep. No check before the registration: the spin has just made it.
   template <class Ready>
   bool sleep_until(Ready& ready, std::chrono::steady_clock::time_point deadline) {
+    // Asymmetric: a light notifier's publish may still sit in its core's store buffer, unseen by
+    // the check after the registration. The first sleep is a short nap with no fence: most sleeps
+    // end with a notify within it, and a publish that raced the registration has long been
+    // visible when it ends. Any longer sleep follows a heavy fence, which makes such a publish
+    // visible to the check or the registration visible to its notifier. The fence is not paid up
+    // front because it costs 50-60 us when another thread of ours is on a CPU (an interrupt
+    // there; docs/engine.md). If the kernel refuses it, every sleep stays a short nap.
+    bool fenced = !asymmetric_;
+    std::chrono::nanoseconds nap = kFirstNap;
     for (;;) {
       waiters_.fetch_add(1, std::memory_order_seq_cst);
-      // A light notifier's publish may still sit in its core's store buffer: the heavy fence
-      // makes it visible to the check below, or makes the notifier see the registration. If the
-      // kernel refuses it, sleep in short naps (a missed publish then costs a nap, not a hang).
-      const bool fenced = !asymmetric_ || heavy_fence();
+      if (!fenced && nap != kFirstNap) {
+        fenced = heavy_fence();
+        nap = kUnfencedNap;
+      }
       const std::uint32_t key = epoch_.load(std::memory_order_seq_cst);
       if (ready()) {
         waiters_.fetch_sub(1, std::memory_order_relaxed);
@@ -145,15 +154,18 @@ class EventCount {
         return false;
       }
       const std::chrono::nanoseconds left = deadline - now;
-      futex_wait(&epoch_, key,
-                 fenced ? left : std::min<std::chrono::nanoseconds>(left, kUnfencedNap), shared_);
+      futex_wait(&epoch_, key, fenced ? left : std::min(left, nap), shared_);
+      if (!fenced) nap = kUnfencedNap;  // the first nap is over
       waiters_.fetch_sub(1, std::memory_order_relaxed);
       if (ready()) return true;
     }
   }
 
-  /// The longest sleep when heavy_fence() failed: how late a publish it did not see can be taken.
-  static constexpr std::chrono::milliseconds kUnfencedNap{1};
+  /// Asymmetric only: the first sleep, without a heavy fence. How late a publish that raced the
+  /// registration can be taken (in practice it is visible within a microsecond).
+  static constexpr std::chrono::microseconds kFirstNap{100};
+  /// The longest sleep when heavy_fence() failed.
+  static constexpr std::chrono::microseconds kUnfencedNap{1000};
 
   std::atomic<std::uint32_t> epoch_{0};
   std::atomic<std::uint32_t> waiters_{0};
