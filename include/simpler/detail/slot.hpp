@@ -111,7 +111,9 @@ struct alignas(kCacheLine) Slot {
   /// the task ready (exactly one thread does).
   std::atomic<std::int32_t> pending{0};
   /// References keeping this slot (and its heap bytes) alive: its own (until terminal), its
-  /// scope's, and one per consumer wired to it. Whoever takes it to 0 retires the slot.
+  /// scope's, and one per consumer wired to it. Whoever takes it to 0 retires the slot. Only the
+  /// Orchestrator's thread adds references (OrchestratorBase::release_ref relies on it); any
+  /// thread may drop one.
   std::atomic<std::int32_t> refs{0};
   TaskSlot id = kInvalidSlot;
   /// Consumers waiting on this task; closed_list() once the task finished.
