@@ -135,8 +135,9 @@ struct EngineCore {
   ReadyRing ready_ring;
   alignas(kCacheLine) LaneStack done;  ///< lanes -> Scheduler: finished tasks
   /// Scheduler sleeps here. Asymmetric when membarrier allows: the Orchestrator's ready-ring
-  /// pushes (one per task) then carry no store-load fence; the scheduler pays a heavy fence when
-  /// it goes to sleep instead (OrchestratorBase::dispatch_published).
+  /// pushes (one per task) then carry no store-load fence; the scheduler pays a heavy fence
+  /// before any sleep longer than a first 100 us nap instead (OrchestratorBase::dispatch_published,
+  /// EventCount::sleep_until).
   alignas(kCacheLine) EventCount sched_wake{false, heavy_fence_available()};
   std::atomic<bool> stop{false};
   /// Set by the Orchestrator while it polls for its run's fence, doing the scheduler's passes

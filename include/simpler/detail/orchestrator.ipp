@@ -764,7 +764,8 @@ inline void OrchestratorBase::reclaim_before_growing() noexcept {
 // ns/task in two A/B pairs on a noisy machine).
 inline void OrchestratorBase::dispatch_published() noexcept {
   // After a light ring push, this load may pass the push: then the scheduler registered after
-  // it, and its heavy fence makes the push visible to its check before it sleeps.
+  // it, and takes the push after its first nap at the latest (its heavy fence comes before any
+  // longer sleep; EventCount::sleep_until).
   if (!core_.sched_wake.has_waiters()) return;
   // A sleeper is there: from here on the push must be visible before the loads below (the pass
   // token, and the holder's look for input when it lets go, pair with it as before).
