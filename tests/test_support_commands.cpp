@@ -8,11 +8,10 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "support/commands.hpp"
+#include "support/trace_files.hpp"
 
 // The file's own namespace: the unity build compiles several test files as one unit, and
 // their file-local names and using-directives must not meet (tests/CMakeLists.txt).
@@ -23,17 +22,6 @@ using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 
 namespace {
-
-struct ScratchDir {
-  std::string path;
-  ScratchDir() {
-    char dir[] = "/tmp/simpler-run-command-XXXXXX";
-    REQUIRE(::mkdtemp(dir) != nullptr);
-    path = dir;
-  }
-  ~ScratchDir() { std::filesystem::remove_all(path); }
-  [[nodiscard]] std::string log() const { return path + "/cmd.log"; }
-};
 
 /// SIGCHLD ignored while it lives: the kernel reaps children itself, so waitpid fails (ECHILD).
 struct ChildrenReapedByKernel {
@@ -53,8 +41,8 @@ struct ChildrenReapedByKernel {
 // there is nothing to look at), and one that ends in time is not.
 TEST_CASE("run_command describes a command its watchdog is about to end and no other",
           "[hardening]") {
-  const ScratchDir dir;
-  const std::string log = dir.log();
+  const TempDir dir;
+  const std::string log = dir.file("cmd.log");
   const std::string marker = fmt::format("run-command-{}", ::getpid());
   CommandOptions o;
   o.seconds = 2;
@@ -83,9 +71,10 @@ TEST_CASE("run_command describes a command its watchdog is about to end and no o
 // A waitpid that fails (here ECHILD: the kernel already reaped the command) is a failed command
 // with the reason in its output, never exit 0; with the snapshot poll and without it.
 TEST_CASE("run_command reports a command it could not wait for as failed", "[hardening]") {
-  const ScratchDir dir;
+  const TempDir dir;
+  const std::string log = dir.file("cmd.log");
   const ChildrenReapedByKernel reaped;
-  const CommandResult plain = run_command({"true"}, dir.log());
+  const CommandResult plain = run_command({"true"}, log);
   CHECK(plain.code == -1);
   CHECK_THAT(plain.output, Contains("waitpid(") && Contains("No child processes"));
 
@@ -96,7 +85,7 @@ TEST_CASE("run_command reports a command it could not wait for as failed", "[har
     ++asked;
     return std::string("snapshot");
   };
-  const CommandResult polled = run_command({"true"}, dir.log(), o);
+  const CommandResult polled = run_command({"true"}, log, o);
   CHECK(polled.code == -1);
   CHECK_THAT(polled.output, Contains("No child processes"));
   CHECK(asked == 0);  // it ended long before the watchdog

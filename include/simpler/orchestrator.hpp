@@ -259,6 +259,9 @@ class OrchestratorBase {
   }
 
   detail::EngineCore& core_;
+  /// core_.sched_wake.asymmetric(), copied: read on every ready push, and the EventCount's line
+  /// is the one the scheduler writes when it registers to sleep.
+  const bool light_ready_push_;
   const detail::CallableRegistry& registry_;
   detail::TensorMap tmap_;
   Hazards hazards_ = Hazards::All;

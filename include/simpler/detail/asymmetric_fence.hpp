@@ -51,8 +51,8 @@ inline void light_fence() noexcept {
 /// The sleeper's half: a full barrier on every running thread of this process. A syscall and an
 /// interrupt on each CPU that runs one of them: for paths about to sleep, never per task.
 /// Returns false when the kernel refused: then the light side's stores may still be unseen.
+/// On the calling thread the call is a full barrier too (the kernel fences around the command).
 [[nodiscard]] inline bool heavy_fence() noexcept {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (membarrier_call(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return true;
   // EPERM: registration belongs to an address space, and a forked child starts unregistered.
   if (errno == EPERM && membarrier_call(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0) {

@@ -136,13 +136,10 @@ class EventCount {
     // front because it costs 50-60 us when another thread of ours is on a CPU (an interrupt
     // there; docs/engine.md). If the kernel refuses it, every sleep stays a short nap.
     bool fenced = !asymmetric_;
-    std::chrono::nanoseconds nap = kFirstNap;
+    bool napped = false;  // the first, unfenced nap is over
     for (;;) {
       waiters_.fetch_add(1, std::memory_order_seq_cst);
-      if (!fenced && nap != kFirstNap) {
-        fenced = heavy_fence();
-        nap = kUnfencedNap;
-      }
+      if (!fenced && napped) fenced = heavy_fence();  // retried before each nap while it fails
       const std::uint32_t key = epoch_.load(std::memory_order_seq_cst);
       if (ready()) {
         waiters_.fetch_sub(1, std::memory_order_relaxed);
@@ -154,8 +151,9 @@ class EventCount {
         return false;
       }
       const std::chrono::nanoseconds left = deadline - now;
+      const std::chrono::nanoseconds nap = napped ? kUnfencedNap : kFirstNap;
       futex_wait(&epoch_, key, fenced ? left : std::min(left, nap), shared_);
-      if (!fenced) nap = kUnfencedNap;  // the first nap is over
+      napped = true;
       waiters_.fetch_sub(1, std::memory_order_relaxed);
       if (ready()) return true;
     }

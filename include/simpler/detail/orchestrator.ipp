@@ -36,7 +36,10 @@ inline const ContinuousTensor& SubmitResult::output(std::size_t i) const {
 inline OrchestratorBase::OrchestratorBase(detail::EngineCore& core,
                                           const detail::CallableRegistry& registry,
                                           std::size_t heap_ring_size)
-    : core_(core), registry_(registry), heap_ring_size_(heap_ring_size) {
+    : core_(core),
+      light_ready_push_(core.sched_wake.asymmetric()),
+      registry_(registry),
+      heap_ring_size_(heap_ring_size) {
   // Mapped here, in the Worker constructor, before any child is forked: children inherit every
   // ring at the same address.
   int made = 0;
@@ -738,8 +741,7 @@ inline void OrchestratorBase::hand_over_ready(Slot& s) noexcept {
   // that made the task ready acquired its producers' flags.
   if (!s.is_group() && !s.poisoned.load(std::memory_order_relaxed)) {
     // Light when sched_wake is asymmetric: dispatch_published fences before it relies on more.
-    if (core_.ready_ring.push({s.id, s.target0, s.role, s.callable_kind},
-                              core_.sched_wake.asymmetric())) {
+    if (core_.ready_ring.push({s.id, s.target0, s.role, s.callable_kind}, light_ready_push_)) {
       return;
     }
     core_.stats.ready_overflows.add();
@@ -769,7 +771,7 @@ inline void OrchestratorBase::dispatch_published() noexcept {
   if (!core_.sched_wake.has_waiters()) return;
   // A sleeper is there: from here on the push must be visible before the loads below (the pass
   // token, and the holder's look for input when it lets go, pair with it as before).
-  if (core_.sched_wake.asymmetric()) std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (light_ready_push_) std::atomic_thread_fence(std::memory_order_seq_cst);
   detail::SchedulerCore* d = core_.driving();
   if (d != nullptr && core_.pool.live() <= kInlineDispatchLive) {
     d->try_pass(core_.stats.orch_passes);
