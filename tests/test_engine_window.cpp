@@ -281,6 +281,64 @@ TEST_CASE("a task that fails while submit waits for the window ends the wait wit
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(2500));
 }
 
+// A consumer holds no reference on its producers: once a producer finished, its slot (and its
+// place in the window) comes back though a consumer still waits for another producer. Window 4,
+// full with P (finished), G and H (gated) and C (reading P and G): the next submit must find P's
+// place. Were P held until C ends, nothing in the window could come back before the gate opens,
+// and the submit would end in a TimeoutError.
+TEST_CASE("a finished producer gives its window place back while its consumer still waits",
+          "[engine][window]") {
+  WorkerOptions opts = window_options(2, 4);
+  opts.heap_wait = std::chrono::milliseconds(1000);
+  Worker w(opts);
+  Gate first;
+  Gate second;
+  // Waits for gate scalar 1 (0: first, 1: second), then writes scalar 0 into tensor 0.
+  auto gated_set = w.register_sub("gated_set", [&](TaskArgsView v) {
+    (v.scalar(1) == 0 ? first : second).wait();
+    *v.tensor(0).as<std::int64_t>() = static_cast<std::int64_t>(v.scalar(0));
+  });
+  auto add = w.register_sub("add", [](TaskArgsView v) {
+    *v.tensor(2).as<std::int64_t>() =
+        *v.tensor(0).as<const std::int64_t>() + *v.tensor(1).as<const std::int64_t>();
+  });
+  auto empty = w.register_sub("empty", [](TaskArgsView) {});
+  w.init();
+  std::int64_t p_word = 0;
+  std::int64_t g_word = 0;
+  std::int64_t h_word = 0;
+  std::int64_t sum = 0;
+  const auto word = [](std::int64_t& x) { return make_tensor(&x, {1}, DataType::Int64); };
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    const SubmitResult p =
+        o.submit_sub(gated_set, TaskArgs()
+                                    .add_tensor(word(p_word), TensorArgType::OutputExisting)
+                                    .add_scalar(5)
+                                    .add_scalar(0));
+    o.submit_sub(gated_set, TaskArgs()
+                                .add_tensor(word(g_word), TensorArgType::OutputExisting)
+                                .add_scalar(7)
+                                .add_scalar(1));
+    o.submit_sub(add, TaskArgs()
+                          .add_tensor(word(p_word), TensorArgType::Input)
+                          .add_tensor(word(g_word), TensorArgType::Input)
+                          .add_tensor(word(sum), TensorArgType::OutputExisting));
+    first.open();
+    CHECK(eventually([&] { return o.state_of(p.slot_id) == TaskState::Completed; }));
+    o.submit_sub(gated_set, TaskArgs()
+                                .add_tensor(word(h_word), TensorArgType::OutputExisting)
+                                .add_scalar(9)
+                                .add_scalar(1));
+    REQUIRE(o.live_tasks() == 4);
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_NOTHROW(o.submit_sub(empty));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(500));
+    second.open();
+  });
+  CHECK(sum == 12);
+  CHECK(h_word == 9);
+}
+
 TEST_CASE("a submit at a full window waits for a quarter of it, then takes any free slot",
           "[engine][window]") {
   // Window 64: a submit that finds it full gives back what finished, and returns at once only

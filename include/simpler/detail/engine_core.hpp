@@ -265,7 +265,7 @@ struct EngineCore {
       if (c.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) on_ready(c);
       e = next;
     }
-    for (TaskSlot p : s.producers) release_ref(pool.at(p));
+    for (TaskSlot h : s.holds) release_ref(pool.at(h));
     release_ref(s);  // last touch of `s`
     // Counted after its own reference went, so the Orchestrator's pass retires it at once.
     if (window_waiting.load(std::memory_order_seq_cst)) [[unlikely]] {

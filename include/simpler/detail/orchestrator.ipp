@@ -526,8 +526,9 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   if (tmap_.writerless_made() > tmap_sweep_at_) [[unlikely]]
     sweep_tensor_map();
   infer_and_wire(s);
-  // The heap owners' references go with the producers': the task drops them when it ends.
-  for (TaskSlot h : scratch_holds_) s.producers.push_back(h);
+  // The heap owners' references go with the task: it drops them when it ends.
+  s.holds.clear();
+  for (TaskSlot h : scratch_holds_) s.holds.push_back(h);
   holds.armed = false;
   if (traced) [[unlikely]]
     trace_submitted(s, entry, members);
@@ -568,37 +569,22 @@ inline void OrchestratorBase::infer_and_wire(Slot& s) {
   }
   // Edges must not move once linked into a producer's list: size them before linking.
   s.edges.resize_uninit(ps.size());
-  s.producers.clear();
+  // Every edge is counted before any becomes visible (a producer may finish and decrement at
+  // once); the wiring hold keeps `pending` above zero meanwhile. The slot is not yet known to
+  // any other thread: a plain store. A link's release publishes it to the producer's closer.
+  s.pending.store(static_cast<std::int32_t>(1 + ps.size()), std::memory_order_relaxed);
+  // No reference is taken on a producer: nothing here needs its slot once the task is wired.
+  // Its heap bytes, if this task's tensors lie in them, are held as a heap owner (submit), and
+  // only this thread recycles slots, so the producer cannot be reused while it is linked to.
+  // The reference cost a locked RMW on the producer's line per edge, a line its lane writes as
+  // it finishes: in a chain, one cross-core miss per hop.
   std::size_t used = 0;
   for (const TaskSlot entry : ps) {
-    const TaskSlot pid = entry >> 1;
     const bool order_only = (entry & 1U) != 0;
-    Slot& p = core_.pool.at(pid);
-    // Hold a reference on the producer while this task lives (keeps its heap bytes), unless it
-    // already retired its last reference: then it has finished, and only its outcome matters.
-    // acquire: when this reads 0, the producer's `failed` (stored before its last release) is
-    // visible.
-    std::int32_t r = p.refs.load(std::memory_order_acquire);
-    bool held = false;
-    while (r > 0) {
-      if (p.refs.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel,
-                                       std::memory_order_acquire)) {
-        held = true;
-        break;
-      }
-    }
-    if (!held) {
-      if (!order_only && p.failed.load(std::memory_order_acquire))
-        s.poisoned.store(true, std::memory_order_relaxed);
-      continue;
-    }
-    s.producers.push_back(pid);
+    Slot& p = core_.pool.at(entry >> 1);
     Edge& e = s.edges[used];
     e.consumer = s.id;
     e.order_only = order_only;
-    // Count the edge before it becomes visible: the producer may finish and decrement at once.
-    // The wiring hold keeps `pending` above zero meanwhile.
-    s.pending.fetch_add(1, std::memory_order_relaxed);
     Edge* head = p.consumers.load(std::memory_order_acquire);
     bool linked = false;
     while (head != detail::closed_list()) {
@@ -611,11 +597,19 @@ inline void OrchestratorBase::infer_and_wire(Slot& s) {
     }
     if (linked) {
       ++used;
-    } else {
-      s.pending.fetch_sub(1, std::memory_order_relaxed);
-      if (!order_only && p.failed.load(std::memory_order_acquire))
-        s.poisoned.store(true, std::memory_order_relaxed);
+      continue;
     }
+    // The producer has finished (acquire: its `failed`, stored before the close, is visible).
+    if (!order_only && p.failed.load(std::memory_order_acquire))
+      s.poisoned.store(true, std::memory_order_relaxed);
+  }
+  s.edges.resize_uninit(used);
+  if (used == 0) {
+    s.pending.store(1, std::memory_order_relaxed);  // still unknown to other threads
+  } else if (used != ps.size()) {
+    // Producers may be decrementing: the edges that were not linked come off with an RMW. The
+    // wiring hold keeps the count above zero; publish's release drops it.
+    s.pending.fetch_sub(static_cast<std::int32_t>(ps.size() - used), std::memory_order_relaxed);
   }
 }
 
@@ -711,7 +705,7 @@ inline void OrchestratorBase::publish(Slot& s) {
   // No edge was linked: no other thread knows this slot yet, so the wiring hold can be dropped
   // without an atomic read-modify-write.
   const bool ready_traced = trace_level_ >= detail::kTraceDeps;
-  if (s.producers.empty()) {
+  if (s.edges.empty()) {
     s.pending.store(0, std::memory_order_relaxed);
     s.state.store(TaskState::Ready, std::memory_order_relaxed);
     if (ready_traced) [[unlikely]] {
@@ -1091,8 +1085,8 @@ inline void OrchestratorBase::hold_heap_owner_slow(const char* api, std::int32_t
       if (h == owner) return;  // already held for this task
     }
     Slot& o = core_.pool.at(owner);
-    // Like a producer's reference: only while the owner still has one (its scope is open or a
-    // task holds it); at 0 its bytes are about to be reclaimed.
+    // Only while the owner still has a reference (its scope is open or a task holds it); at 0
+    // its bytes are about to be reclaimed.
     std::int32_t r = o.refs.load(std::memory_order_acquire);
     while (r > 0) {
       if (o.refs.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel,
@@ -1142,7 +1136,7 @@ inline void OrchestratorBase::retire(Slot& s) noexcept {
   if (s.heap_ring >= 0) heaps_[static_cast<std::size_t>(s.heap_ring)].release(s.heap_seq);
   s.heap_ring = -1;
   s.outputs.clear();
-  s.producers.clear();
+  s.holds.clear();
   s.edges.clear();
   s.members_done = 0;
   s.group_outcome = Outcome::Success;

@@ -111,7 +111,8 @@ struct alignas(kCacheLine) Slot {
   /// the task ready (exactly one thread does).
   std::atomic<std::int32_t> pending{0};
   /// References keeping this slot (and its heap bytes) alive: its own (until terminal), its
-  /// scope's, and one per consumer wired to it. Whoever takes it to 0 retires the slot. Only the
+  /// scope's, and one per later task whose tensors lie in its heap bytes (not its consumers: a
+  /// wired consumer needs nothing from it). Whoever takes it to 0 retires the slot. Only the
   /// Orchestrator's thread adds references (OrchestratorBase::release_ref relies on it); any
   /// thread may drop one.
   std::atomic<std::int32_t> refs{0};
@@ -121,7 +122,7 @@ struct alignas(kCacheLine) Slot {
 
   // ---- Orchestrator-private bookkeeping.
   SmallVec<Edge, 0> edges;           // this task's edges as a consumer
-  SmallVec<TaskSlot, 0> producers;   // producers and heap owners it holds a reference on
+  SmallVec<TaskSlot, 0> holds;       // heap owners it holds a reference on
   SmallVec<OutputRange, 0> outputs;  // TensorMap entries to erase at retire
   std::uint64_t heap_seq = 0;        // allocation record in heap ring `heap_ring`
   std::uint32_t gen = 0;             // bumped at each retire: tells TensorMap readers apart
