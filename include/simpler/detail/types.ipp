@@ -56,41 +56,63 @@ inline const char* to_string(DataType t) noexcept {
 namespace detail {
 __extension__ using u128 = unsigned __int128;
 
-// Why `t` is malformed, or nullptr when it is fine. Shared by validate() and the blob decoder so
-// both reject exactly the same tensors.
-inline std::string tensor_defect(const ContinuousTensor& t) {
-  if (t.ndims == 0 || t.ndims > kMaxTensorDims) {
-    return fmt::format("ndims is {}; a tensor has 1 to {} dimensions", t.ndims, kMaxTensorDims);
-  }
-  if (!is_valid(t.dtype)) {
-    return fmt::format("dtype value {} is not a DataType (0..{})", static_cast<unsigned>(t.dtype),
-                       kDataTypeCount - 1);
-  }
+// What is wrong with a tensor, checked without building a message (per tensor on the submit
+// path); tensor_defect() turns it into one.
+enum class TensorDefect : std::uint8_t { None, Ndims, Dtype, ShapePastNdims, BytesOverflow, Wraps };
+
+inline TensorDefect find_tensor_defect(const ContinuousTensor& t) noexcept {
+  if (t.ndims == 0 || t.ndims > kMaxTensorDims) return TensorDefect::Ndims;
+  if (!is_valid(t.dtype)) return TensorDefect::Dtype;
   for (std::uint32_t i = t.ndims; i < kMaxTensorDims; ++i) {
-    if (t.shapes[i] != 0) {
-      return fmt::format("shapes[{}] is {} but ndims is {}; extents past ndims must be 0", i,
-                         t.shapes[i], t.ndims);
-    }
+    if (t.shapes[i] != 0) return TensorDefect::ShapePastNdims;
   }
   u128 bytes = element_size(t.dtype);
   for (std::uint32_t i = 0; i < t.ndims; ++i) {
     bytes *= t.shapes[i];
-    if (bytes > std::numeric_limits<std::uint64_t>::max()) {
-      return "its byte size does not fit in 64 bits";
-    }
+    if (bytes > std::numeric_limits<std::uint64_t>::max()) return TensorDefect::BytesOverflow;
   }
   if (t.data != 0 && static_cast<u128>(t.data) + bytes >
                          static_cast<u128>(std::numeric_limits<std::uint64_t>::max())) {
-    return "its byte range wraps past the end of the address space";
+    return TensorDefect::Wraps;
   }
-  return {};
+  return TensorDefect::None;
+}
+
+// Why `t` is malformed, or "" when it is fine. Shared by validate() and the blob decoder so both
+// reject exactly the same tensors.
+inline std::string tensor_defect(const ContinuousTensor& t) {
+  switch (find_tensor_defect(t)) {
+    case TensorDefect::None:
+      return {};
+    case TensorDefect::Ndims:
+      return fmt::format("ndims is {}; a tensor has 1 to {} dimensions", t.ndims, kMaxTensorDims);
+    case TensorDefect::Dtype:
+      return fmt::format("dtype value {} is not a DataType (0..{})", static_cast<unsigned>(t.dtype),
+                         kDataTypeCount - 1);
+    case TensorDefect::ShapePastNdims:
+      for (std::uint32_t i = t.ndims; i < kMaxTensorDims; ++i) {
+        if (t.shapes[i] != 0) {
+          return fmt::format("shapes[{}] is {} but ndims is {}; extents past ndims must be 0", i,
+                             t.shapes[i], t.ndims);
+        }
+      }
+      break;
+    case TensorDefect::BytesOverflow:
+      return "its byte size does not fit in 64 bits";
+    case TensorDefect::Wraps:
+      return "its byte range wraps past the end of the address space";
+  }
+  return "malformed";
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_invalid_tensor(const ContinuousTensor& t) {
+  throw UsageError(fmt::format("invalid tensor: {}", tensor_defect(t)));
 }
 }  // namespace detail
 
 inline void validate(const ContinuousTensor& t) {
-  if (auto why = detail::tensor_defect(t); !why.empty()) {
-    throw UsageError(fmt::format("invalid tensor: {}", why));
-  }
+  if (detail::find_tensor_defect(t) != detail::TensorDefect::None) [[unlikely]]
+    detail::throw_invalid_tensor(t);
 }
 
 namespace detail {
