@@ -11,6 +11,7 @@
 
 #include <simpler/simpler.hpp>
 
+#include "support/gate.hpp"
 #include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
 
@@ -106,9 +107,13 @@ TEST_CASE("an auto-allocated output outlives its scope while a later writer of i
   ContinuousTensor x{}, y{};
   g.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
     o.scope_begin();
-    x = o.submit_sub(g.fill, TaskArgs().add_tensor(make_tensor(nullptr, {kN}, DataType::Int64),
-                                                   TensorArgType::Output))
-            .output(0);
+    const SubmitResult filled = o.submit_sub(
+        g.fill,
+        TaskArgs().add_tensor(make_tensor(nullptr, {kN}, DataType::Int64), TensorArgType::Output));
+    x = filled.output(0);
+    // The owner has finished before its scope ends: only the later tasks' holds keep x (a
+    // consumer holds no reference on its producer as such).
+    REQUIRE(eventually([&] { return o.state_of(filled.slot_id) == TaskState::Completed; }));
     y = g.write_sum_then_clobber(o, x, total);
   });
   INFO("x at " << x.data << ", y at " << y.data);
