@@ -38,6 +38,7 @@
 #include "simpler/detail/ready_ring.hpp"
 #include "simpler/detail/ring_buffer.hpp"
 #include "simpler/detail/small_vec.hpp"
+#include "support/gate.hpp"
 
 // The file's own namespace: the unity build compiles several test files as one unit, and
 // their file-local names and using-directives must not meet (tests/CMakeLists.txt).
@@ -1016,6 +1017,7 @@ TEST_CASE("an asymmetric EventCount whose heavy fence fails still takes a publis
   void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   REQUIRE(page != MAP_FAILED);
   auto* flag = new (page) std::atomic<std::uint32_t>(0);
+  auto* waiting = new (flag + 1) std::atomic<std::uint32_t>(0);  // the child is about to wait
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -1024,13 +1026,16 @@ TEST_CASE("an asymmetric EventCount whose heavy fence fails still takes a publis
     simpler::detail::EventCount ev(false, true);
     if (!refuse_membarrier()) ::_exit(2);
     if (simpler::detail::heavy_fence()) ::_exit(3);
+    waiting->store(1, std::memory_order_release);
     const auto t0 = std::chrono::steady_clock::now();
     const bool got = ev.await_for([&] { return flag->load(std::memory_order_acquire) == 1; },
                                   std::chrono::nanoseconds(0), std::chrono::seconds(10));
     ::_exit(got && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2) ? 0 : 4);
   }
-  // The child registers and sleeps well before this store; nothing wakes it.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Once the child is about to wait, it registers and sleeps well before this store (else the
+  // test would pass without testing); nothing wakes it.
+  const bool child_waits = simpler::testing::eventually([&] { return waiting->load() == 1; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   flag->store(1, std::memory_order_release);
   int status = 0;
   pid_t waited = 0;
@@ -1044,6 +1049,7 @@ TEST_CASE("an asymmetric EventCount whose heavy fence fails still takes a publis
     ::waitpid(pid, &status, 0);
   }
   ::munmap(page, 4096);
+  CHECK(child_waits);
   REQUIRE(waited == pid);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
