@@ -333,4 +333,186 @@ TEST_CASE("a Worker whose forked child dies with tasks in flight fails the run w
   CHECK_NOTHROW(w.close());
 }
 
+TEST_CASE("the run's thread sends to a forked child itself and takes the answer in its fence",
+          "[fork-shm][pipeline][driven]") {
+  // A one-task run through a forked child: the Orchestrator's own scheduler pass sends the task
+  // (the lane's thread is left asleep) and its fence takes the answer. The lane's thread may
+  // still send some (it holds the lane for a moment at a liveness tick), so most, not all.
+  SharedArena arena;
+  auto& ran = arena.one<std::atomic<int>>(0);
+  Worker w(process_options_for_pipeline(1));
+  auto count = w.register_sub("count", [&ran](TaskArgsView) { ran.fetch_add(1); });
+  w.init();
+  constexpr int kRuns = 200;
+  for (int i = 0; i < kRuns; ++i) {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(count); });
+  }
+  CHECK(ran.load() == kRuns);
+  const WorkerStats st = w.stats();
+  REQUIRE(st.lanes.size() == 1);
+  INFO("sent by the run's thread: " << st.lanes[0].sent_by_run_thread);
+  CHECK(st.lanes[0].completed == static_cast<std::uint64_t>(kRuns));
+  CHECK(st.lanes[0].sent_by_run_thread >= kRuns / 2);
+  CHECK(st.lanes[0].sent_by_run_thread <= static_cast<std::uint64_t>(kRuns));
+  CHECK_NOTHROW(w.close());
+}
+
+namespace {
+
+/// Submits `callable` to sub worker `worker` from the run's thread once the scheduler thread
+/// sleeps, so the Orchestrator's own pass posts it and sends it to the child (a driven lane).
+/// Requires that it did.
+void submit_sent_by_run_thread(Worker& w, Orchestrator& o, const CallableHandle& callable,
+                               WorkerId worker) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!w.scheduler().asleep() && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  REQUIRE(w.scheduler().asleep());
+  const std::uint64_t before = w.stats().lanes[worker].sent_by_run_thread;
+  o.submit_sub(callable, TaskArgs(), worker);
+  REQUIRE(w.stats().lanes[worker].sent_by_run_thread == before + 1);
+}
+
+}  // namespace
+
+TEST_CASE("a task the run's thread sent completes while the orchestration is still busy",
+          "[fork-shm][pipeline][driven]") {
+  // Nobody polls for the answer while the orchestration function runs on: the lane's thread
+  // takes it (woken by the child, or at its next liveness tick); only the run's fence would
+  // otherwise, and the wait below would run out.
+  Worker w(process_options_for_pipeline(1));
+  auto quick = w.register_sub("quick", [](TaskArgsView) {});
+  w.init();
+  for (int rep = 0; rep < 5; ++rep) {
+    INFO("rep " << rep);
+    bool done = false;
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      const std::uint64_t before = w.stats().lanes[0].completed;
+      submit_sent_by_run_thread(w, o, quick, 0);
+      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!done && std::chrono::steady_clock::now() < limit) {
+        done = w.stats().lanes[0].completed == before + 1;
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    });
+    CHECK(done);
+  }
+  CHECK_NOTHROW(w.close());
+}
+
+TEST_CASE("a forked child that dies under a task the run's thread sent fails the run at once",
+          "[fork-shm][pipeline][driven][failure]") {
+  // The task went out from the run's thread, which then stays in the orchestration function:
+  // the lane's thread, ticking every 10 ms while a task is in flight, finds the child dead. The
+  // run's thread sees the failure without reaching its fence, well within 500 ms (an idle lane
+  // thread sleeps a second at a time: a lane that did not tick would miss it).
+  Worker w(process_options_for_pipeline(2));
+  auto die = w.register_sub("dies", [](TaskArgsView) { ::kill(::getpid(), SIGKILL); });
+  auto count = w.register_sub("count", [](TaskArgsView) {});
+  w.init();
+  bool seen_dead = false;
+  try {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      submit_sent_by_run_thread(w, o, die, 0);
+      const auto limit = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+      while (!seen_dead && std::chrono::steady_clock::now() < limit) {
+        const WorkerStats st = w.stats();
+        seen_dead = st.lanes[0].dead && st.lanes[0].failed == 1;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+    FAIL("run() did not throw");
+  } catch (const TaskError& e) {
+    INFO(e.what());
+    CHECK(e.outcome() == Outcome::EndpointFailure);
+    CHECK_THAT(std::string(e.what()), Contains("killed by signal 9"));
+  }
+  CHECK(seen_dead);
+  // The other child takes the shared work from now on.
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    for (int i = 0; i < 10; ++i) o.submit_sub(count);
+  });
+  CHECK(w.stats().lanes[1].completed == 10);
+  CHECK_NOTHROW(w.close());
+}
+
+TEST_CASE("a forked child about to sleep with an answer nobody took wakes the parent's sleeper",
+          "[fork-shm][pipeline][driven]") {
+  // The thread that sent a task may be busy elsewhere (a driven lane's run thread): the child
+  // wakes whoever sleeps on the answer event for it. Task 1 is not the one the parent last said
+  // it waits for (`wanted` is still task 0), so only that wake can end the sleep below early.
+  PipelineFixture f;
+  ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
+  ep.launch();
+  std::vector<TaskArgs> args(2);
+  Outcome refused = Outcome::Success;
+  Fault why;
+  REQUIRE(ep.send(f.request(args[0], 0), refused, why));
+  REQUIRE(ep.receive(why) == Outcome::Success);
+  REQUIRE(ep.send(f.request(args[1], kGated), refused, why));
+  CHECK_FALSE(ep.answer_ready());
+  CHECK_FALSE(ep.answers_waiting());
+  bool woke = false;
+  std::thread sleeper([&] {
+    woke =
+        ep.answer_event().await([&] { return ep.answers_waiting(); }, std::chrono::nanoseconds(0),
+                                std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  });
+  // Open the gate only once the sleeper sleeps: an answer before that would be seen without a
+  // wake.
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!ep.answer_event().has_waiters() && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  const auto opened = std::chrono::steady_clock::now();
+  f.log.open.store(true, std::memory_order_seq_cst);
+  sleeper.join();
+  const auto waited = std::chrono::steady_clock::now() - opened;
+  CHECK(woke);
+  CHECK(waited < std::chrono::seconds(2));
+  CHECK(ep.answer_ready());
+  CHECK(ep.receive(why) == Outcome::Success);
+  CHECK_FALSE(ep.answers_waiting());
+}
+
+TEST_CASE("a driven endpoint tells answered, unanswered and dead apart without waiting",
+          "[fork-shm][pipeline][driven][failure]") {
+  PipelineFixture f;
+  ForkShmTransport::Endpoint<SubWorker> ep(f.leaf);
+  ep.launch();
+  std::vector<TaskArgs> args(2);
+  Outcome refused = Outcome::Success;
+  Fault why;
+  CHECK(ep.answer_ready());  // nothing in flight: receive() would not wait
+  REQUIRE(ep.send(f.request(args[0], kGated), refused, why));
+  CHECK_FALSE(ep.answer_ready());
+  CHECK_FALSE(ep.answers_waiting());
+  CHECK(ep.poll_child());
+  f.log.open.store(true, std::memory_order_seq_cst);
+  auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!ep.answers_waiting() && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  CHECK(ep.answers_waiting());
+  CHECK(ep.answer_ready());
+  CHECK(ep.receive(why) == Outcome::Success);
+  CHECK_FALSE(ep.answers_waiting());
+  // A child that dies under a task: poll_child() notices, and the task is settled at once.
+  REQUIRE(ep.send(f.request(args[1], kDie), refused, why));
+  limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  bool alive = true;
+  while (alive && std::chrono::steady_clock::now() < limit) {
+    alive = ep.poll_child();
+    if (alive) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK_FALSE(alive);
+  CHECK_FALSE(ep.alive());
+  CHECK(ep.answer_ready());
+  Fault fault;
+  CHECK(ep.receive(fault) == Outcome::EndpointFailure);
+  CHECK_THAT(fault.message, Contains("killed by signal 9"));
+  CHECK_FALSE(ep.poll_child());
+}
+
 }  // namespace simpler_test_fork_pipeline

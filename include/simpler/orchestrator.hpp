@@ -247,6 +247,8 @@ class OrchestratorBase {
   /// The scheduler is idle with nothing queued and no lane running a task: every published task
   /// has finished.
   [[nodiscard]] bool workers_idle() const noexcept;
+  /// Takes in the answers to tasks this thread sent to driven lanes (LaneCore::drive).
+  void collect_driven() noexcept;
   void release_ref(detail::Slot& s) noexcept;
   void retire(detail::Slot& s) noexcept;
   /// A submit collects the retire inbox once per this many submits.

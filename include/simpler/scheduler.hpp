@@ -40,6 +40,7 @@ class Scheduler {
     std::get<std::vector<std::unique_ptr<Lane>>>(pools_).push_back(std::move(lane));
     table.push_back(&ref);
     if (ref.restrictions != nullptr) core_.restricted_lanes = true;
+    if (ref.drive != nullptr) core_.driven_lanes.push_back(&ref);
     return ref;
   }
 

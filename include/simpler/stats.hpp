@@ -34,6 +34,9 @@ struct LaneStats {
   /// Scheduler passes (ones that found work) this lane's thread ran while it was idle, instead
   /// of waiting for the scheduler thread to post its next task. Diagnostics.
   std::uint64_t passes = 0;
+  /// Tasks the thread running the orchestration sent to this lane's forked child itself, with
+  /// the lane's thread left asleep (a driven lane: docs/processes.md). Diagnostics.
+  std::uint64_t sent_by_run_thread = 0;
 };
 
 /// One heap ring (orch.alloc and auto-allocated outputs; one ring per scope depth).

@@ -512,6 +512,7 @@ class BasicWorker {
         ls.skipped = l->stat_lane.skipped.get();
         ls.submitted = l->stat_posted.get() + l->stat_kept.get();
         ls.passes = l->stat_passes.get();
+        ls.sent_by_run_thread = l->stat_driven.get();
         const std::uint64_t ended = ls.completed + ls.failed + ls.skipped;
         ls.in_flight = ls.submitted > ended ? ls.submitted - ended : 0;
         done[0] += l->stat_tasks.completed.get();

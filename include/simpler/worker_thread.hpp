@@ -30,6 +30,8 @@ class WorkerThread : public detail::LaneCore {
   using leaf_type = L;
   /// How this lane reaches its child.
   using Endpoint = typename T::template Endpoint<L>;
+  /// The run's thread may drive this lane's endpoint (see "Driven lanes").
+  static constexpr bool kDriven = DrivenInline<Endpoint>;
 
   WorkerThread(detail::EngineCore& core, detail::Role role, WorkerId id, std::string name, L leaf)
       : LaneCore(role, id, std::move(name)), core_(core), leaf_(std::move(leaf)), endpoint_(leaf_) {
@@ -37,6 +39,11 @@ class WorkerThread : public detail::LaneCore {
     runs = leaf_kinds<L>();
     if constexpr (ServesSubset<Endpoint> || HoldsRemoteMemory<Endpoint>) {
       restrictions = &restricted_;
+    }
+    if constexpr (kDriven) {
+      // Before any thread exists: whoever drives the lane reads it.
+      pl_window_ = std::max<std::uint32_t>(1, std::min<std::uint32_t>(endpoint_.window(), kDepth));
+      drive = &drive_thunk;
     }
     // An endpoint that logs its child's life (a fork, its death) names it after this lane.
     if constexpr (requires { endpoint_.log_as(core.level, this->name); }) {
@@ -60,7 +67,9 @@ class WorkerThread : public detail::LaneCore {
   /// Starts the lane thread.
   void start() {
     thread_ = std::thread([this] {
-      if constexpr (Pipelines<Endpoint>) {
+      if constexpr (kDriven) {
+        driven_loop();
+      } else if constexpr (Pipelines<Endpoint>) {
         pipelined_loop();
       } else {
         loop();
@@ -78,6 +87,7 @@ class WorkerThread : public detail::LaneCore {
     if (thread_.joinable()) {
       stopping.store(true, std::memory_order_seq_cst);
       wake.notify_all();
+      if (detail::EventCount* also = also_wake.load(std::memory_order_seq_cst)) also->notify_all();
       thread_.join();
     }
     if (!shut_) {
@@ -192,94 +202,271 @@ class WorkerThread : public detail::LaneCore {
   /// come back in the order the tasks were sent. Successors always go through the scheduler.
   /// An idle lane whose endpoint Ticks wakes every tick period to call tick().
   void pipelined_loop() noexcept {
-    std::uint32_t taken = 0;  // outcomes published
-    std::uint32_t sent = 0;   // ring entries handed to the endpoint (or settled without it)
-    const std::uint32_t window =
-        std::max<std::uint32_t>(1, std::min<std::uint32_t>(endpoint_.window(), kDepth));
-    std::array<bool, kDepth> in_flight{};
-    std::array<LeafRequest, kDepth> requests{};
-    std::array<std::int64_t, kDepth> trace_t0{};  // a traced task: when it was handed over
-    std::array<detail::TraceReply, kDepth> trace_replies{};  // and what its endpoint said of it
+    pl_window_ = std::max<std::uint32_t>(1, std::min<std::uint32_t>(endpoint_.window(), kDepth));
     if constexpr (AwaitsAnswerOr<Endpoint>) {
       also_wake.store(&endpoint_.answer_event(), std::memory_order_seq_cst);
     }
     for (;;) {
-      if (sent == taken) {
+      if (pl_sent_ == pl_taken_) {
         auto wait = std::chrono::milliseconds(1000);
         if constexpr (Ticks<Endpoint>) wait = std::min(wait, endpoint_.tick_period());
-        if (!await_post(sent, wait)) {
+        if (!await_post(pl_sent_, wait)) {
           if constexpr (Ticks<Endpoint>) endpoint_.tick();
           continue;
         }
-        if (posted.load(std::memory_order_seq_cst) == sent) return;  // stopping
+        if (posted.load(std::memory_order_seq_cst) == pl_sent_) return;  // stopping
       }
-      const std::uint32_t avail = posted.load(std::memory_order_seq_cst);
-      while (sent != avail && sent - taken < window) {
-        const Posted p = ring[sent % kDepth];
-        Result& out = results[sent % kDepth];
-        detail::Slot& s = core_.pool.at(p.slot);
-        in_flight[sent % kDepth] = false;
-        if (core_.run.cancelled()) {
-          out.outcome = Outcome::Skipped;
-        } else {
-          LeafRequest& r = requests[sent % kDepth];
-          s.state.store(TaskState::Running, std::memory_order_relaxed);  // for observation
-          build_request(s, p.member, r);
-          const std::int32_t traced = core_.trace_level.load(std::memory_order_relaxed);
-          if (traced != 0) [[unlikely]] {
-            trace_replies[sent % kDepth].reset(traced);
-            r.trace = &trace_replies[sent % kDepth];
-            trace_t0[sent % kDepth] = detail::trace_now();
-          }
-          Outcome refused = Outcome::EndpointFailure;
-          if (endpoint_.send(r, refused, out.fault)) {
-            in_flight[sent % kDepth] = true;
-          } else {
-            out.outcome = refused;
-            name_callable(r, out);
-            if (r.trace != nullptr) [[unlikely]]
-              trace_ran(s, p.member, trace_t0[sent % kDepth], out.outcome, *r.trace);
-          }
-        }
-        ++sent;
-      }
-      // The oldest: wait for it if it went out, then publish it.
-      Result& out = results[taken % kDepth];
-      detail::Slot& s = core_.pool.at(ring[taken % kDepth].slot);
-      if (in_flight[taken % kDepth]) {
-        if constexpr (AwaitsAnswerOr<Endpoint>) {
-          // While the child runs it, send what the scheduler posts meanwhile (it notifies the
-          // event this sleeps on): the child then finds the next task when it finishes this one.
-          const auto more = [&] {
-            return sent - taken < window && posted.load(std::memory_order_seq_cst) != sent;
-          };
-          if (!endpoint_.await_answer_or(more)) continue;
-        }
-        const LeafRequest& r = requests[taken % kDepth];
-        out.outcome = endpoint_.receive(out.fault);
-        if (r.trace != nullptr) [[unlikely]] {
-          trace_ran(s, ring[taken % kDepth].member, trace_t0[taken % kDepth], out.outcome,
-                    *r.trace);
-        }
-        finish_outcome(r, out);
-      }
-      stat_lane.count(out.outcome);
-      out.completed_by_lane = !s.is_group();
-      detail::Slot* next = nullptr;
-      pl_sent_ = sent;
-      pl_taken_ = taken;
-      if (out.completed_by_lane) next = complete_here(s, out);
-      ++taken;
-      pl_taken_ = taken;
-      completed.store(taken, std::memory_order_seq_cst);
-      if (!queued.exchange(true, std::memory_order_seq_cst)) {
-        core_.done.push(this);
-        owe_signal_ = true;
-      }
-      settle_signal();
+      pl_send(posted.load(std::memory_order_seq_cst), false);
+      if (!pl_settle_oldest(true)) continue;  // more was posted meanwhile: send it first
+      detail::Slot* next = pl_publish();
       // A successor kept here (nothing else was in flight): sent at once, no scheduler hop.
       if (next != nullptr && !run_successors(next)) return detach_once();
     }
+  }
+
+  // ---- Driven lanes (DrivenInline endpoints: a forked child).
+  //
+  // On a 2-core machine a one-task run through a forked child had three threads spinning: the
+  // run's thread in its fence, this lane's thread waiting for the answer, and the child. Two
+  // shared a core and handed it back and forth with yields, each switch ~6 us in this VM's slow
+  // mode, and the run took 12-22 us against 2.5 us for the mailbox alone. So the run's thread
+  // drives such a lane itself when it can:
+  //
+  // - A scheduler pass on the run's thread that posts here takes `driver` *before* it publishes
+  //   the posts, then sends them to the child itself (drive_other, DriveStep::Post). This lane's
+  //   thread, spinning or asleep, finds them already sent and is not woken. Only tasks without a
+  //   deadline go out this way (this thread kills a child at a deadline, so it sends those).
+  // - The run's fence takes the child's answers in (DriveStep::Collect) as it polls, and
+  //   completes the tasks in its own scheduler passes.
+  // - Whoever holds `driver` owns the pipeline state below (pl_*), the endpoint and the result
+  //   ring; the lane's thread takes it only for work it must do: posts nobody sent, answers
+  //   nobody took, or a liveness check. It waits for answers only to what it sent itself.
+  // - Progress does not depend on the run's thread coming back (it may be in the user's code
+  //   for a long time): a child about to sleep with answers nobody took wakes this thread
+  //   (ForkShmTransport), and while tasks are in flight this thread sleeps at most a liveness
+  //   tick, then checks that the child lives (a dead child ends them).
+
+  /// The driven lane's thread: sleeps on the endpoint's answer event until there is work only
+  /// it does (see above), then does it holding `driver`.
+  void driven_loop() noexcept {
+    detail::EventCount& ev = endpoint_.answer_event();
+    also_wake.store(&ev, std::memory_order_seq_cst);
+    bool ticking = false;  // sleep at most a liveness tick: something may be in flight
+    for (;;) {
+      // Published by every holder of `driver` when it lets go (seq_cst both ways: a sender that
+      // does not see long_sleep_ set has its sends seen here).
+      long_sleep_.store(true, std::memory_order_seq_cst);
+      const bool in_flight =
+          sent_pub_.load(std::memory_order_seq_cst) != taken_pub_.load(std::memory_order_seq_cst);
+      const bool short_sleep = in_flight || ticking;
+      if (short_sleep) long_sleep_.store(false, std::memory_order_seq_cst);
+      bool rearm = false;
+      const auto work = [&] {
+        if (stopping.load(std::memory_order_seq_cst)) return true;
+        if (driver_.load(std::memory_order_seq_cst) != 0) return false;  // its holder does it
+        if (posted.load(std::memory_order_seq_cst) != sent_pub_.load(std::memory_order_seq_cst) ||
+            endpoint_.answers_waiting()) {
+          return true;
+        }
+        // Sent by another thread while this one meant to sleep long: sleep short instead.
+        rearm = !short_sleep && sent_pub_.load(std::memory_order_seq_cst) !=
+                                    taken_pub_.load(std::memory_order_seq_cst);
+        return rearm;
+      };
+      const bool woke = ev.await_for(
+          [&] {
+            if (work()) return true;
+            // Idle: run the scheduler's pass when it has input, as await_post does.
+            if (detail::SchedulerCore* d = core_.driving()) d->try_pass(stat_passes, this);
+            return work();
+          },
+          core_.timing.spin,
+          short_sleep ? Endpoint::liveness_tick() : std::chrono::milliseconds(1000));
+      long_sleep_.store(false, std::memory_order_relaxed);
+      if (stopping.load(std::memory_order_seq_cst) &&
+          posted.load(std::memory_order_seq_cst) == sent_pub_.load(std::memory_order_seq_cst)) {
+        return;  // nothing of a run is in flight when the lane stops
+      }
+      if (rearm) {
+        ticking = true;
+        continue;
+      }
+      if (!woke) ticking = in_flight;  // a quiet tick: keep ticking while work was in flight
+      std::uint32_t idle = 0;
+      if (!driver_.compare_exchange_strong(idle, kDriverLane, std::memory_order_seq_cst)) {
+        continue;  // another thread drives it now
+      }
+      const bool kept = drive_here(!woke);
+      release_driver(false);
+      if (!kept) return detach_once();
+    }
+  }
+
+  /// The lane's thread, holding `driver`: sends what is posted and waits for those answers, as
+  /// pipelined_loop does; answers to what other threads sent it takes only when they are in
+  /// (on a tick, after checking that the child lives). False when the lane was abandoned.
+  bool drive_here(bool tick) noexcept {
+    bool waits = false;  // sent something: waits for every answer ahead of it too
+    for (;;) {
+      const std::uint32_t before = pl_sent_;
+      pl_send(posted.load(std::memory_order_seq_cst), false);
+      waits = waits || pl_sent_ != before;
+      if (pl_taken_ == pl_sent_) return true;
+      if (!waits && pl_in_flight_[pl_taken_ % kDepth] && !endpoint_.answer_ready()) {
+        if (!tick) return true;
+        tick = false;
+        if (endpoint_.poll_child()) return true;  // alive: the answers come
+      }
+      if (!pl_settle_oldest(waits)) continue;
+      detail::Slot* next = pl_publish();
+      if (next != nullptr && !run_successors(next)) return false;
+    }
+  }
+
+  /// LaneCore::drive for this lane (the scheduler and the Orchestrator call it).
+  static bool drive_thunk(detail::LaneCore& lane, detail::LaneCore::DriveStep step) noexcept {
+    return static_cast<WorkerThread&>(lane).drive_other(step);
+  }
+
+  /// Another thread drives the lane (see "Driven lanes"): Post publishes the posts the caller's
+  /// pass staged and sends them; Collect takes the answers in. Both publish every outcome that
+  /// is settled and send what fits the window, and never wait. False when it did nothing.
+  bool drive_other(detail::LaneCore::DriveStep step) noexcept {
+    const bool post = step == detail::LaneCore::DriveStep::Post;
+    if (!post && !endpoint_.answers_waiting()) return false;  // the fence polls this
+    std::uint32_t idle = 0;
+    if (!driver_.compare_exchange_strong(idle, kDriverOther, std::memory_order_seq_cst)) {
+      return false;
+    }
+    // The token came first: this lane's thread cannot take these posts from under us.
+    if (post) posted.store(staged, std::memory_order_seq_cst);
+    pl_foreign_ = true;
+    for (;;) {
+      while (pl_taken_ != pl_sent_ &&
+             (!pl_in_flight_[pl_taken_ % kDepth] || endpoint_.answer_ready())) {
+        pl_settle_oldest(false);
+        pl_publish();  // keeps no successor (pl_foreign_): they go to the scheduler
+      }
+      const std::uint32_t before = pl_sent_;
+      pl_send(posted.load(std::memory_order_seq_cst), true);
+      if (pl_sent_ == before) break;
+    }
+    pl_foreign_ = false;
+    release_driver(true);
+    return true;
+  }
+
+  /// Lets go of `driver`, publishing what the pipeline holds for the lane thread's checks. A
+  /// thread other than the lane's wakes it when it leaves posts unsent (they have a deadline, or
+  /// the window is full) or sent something while it sleeps long (it must tick now).
+  ///
+  /// The posts are looked at after letting go: a post published before that look is seen here;
+  /// one published after it comes with its poster's notify, which finds `driver` free (the lane
+  /// thread's check skips work while someone holds it, so a notify seen before the release
+  /// would be lost).
+  void release_driver(bool other) noexcept {
+    const std::uint32_t sent = pl_sent_;  // the pipeline is not ours after the store below
+    const bool in_flight = sent != pl_taken_;
+    sent_pub_.store(sent, std::memory_order_seq_cst);
+    taken_pub_.store(pl_taken_, std::memory_order_seq_cst);
+    driver_.store(0, std::memory_order_seq_cst);
+    if (!other) return;  // the lane's thread looks again before it sleeps
+    const bool unsent = posted.load(std::memory_order_seq_cst) != sent;
+    if (unsent || (in_flight && long_sleep_.load(std::memory_order_seq_cst))) {
+      wake.notify_all();
+      if constexpr (AwaitsAnswerOr<Endpoint>) endpoint_.answer_event().notify_all();
+    }
+  }
+
+  // ---- The pipeline (pipelined and driven lanes). Owned by the lane's thread, or for a
+  // driven lane by whoever holds `driver`.
+
+  /// Hands ring entries posted before `avail` to the endpoint, up to the window (an entry of a
+  /// cancelled run, or one the endpoint refuses, is settled without it). `untimed_only` stops at
+  /// the first task with a deadline: only the lane's thread sends those.
+  void pl_send(std::uint32_t avail, bool untimed_only) noexcept {
+    while (pl_sent_ != avail && pl_sent_ - pl_taken_ < pl_window_) {
+      const std::uint32_t i = pl_sent_ % kDepth;
+      const Posted p = ring[i];
+      Result& out = results[i];
+      detail::Slot& s = core_.pool.at(p.slot);
+      if (untimed_only &&
+          (s.timeout_ms != 0 || core_.run_deadline_ns.load(std::memory_order_relaxed) != 0)) {
+        return;
+      }
+      pl_in_flight_[i] = false;
+      if (core_.run.cancelled()) {
+        out.outcome = Outcome::Skipped;
+      } else {
+        LeafRequest& r = pl_requests_[i];
+        s.state.store(TaskState::Running, std::memory_order_relaxed);  // for observation
+        build_request(s, p.member, r);
+        const std::int32_t traced = core_.trace_level.load(std::memory_order_relaxed);
+        if (traced != 0) [[unlikely]] {
+          pl_trace_replies_[i].reset(traced);
+          r.trace = &pl_trace_replies_[i];
+          pl_trace_t0_[i] = detail::trace_now();
+        }
+        Outcome refused = Outcome::EndpointFailure;
+        if (endpoint_.send(r, refused, out.fault)) {
+          pl_in_flight_[i] = true;
+          if (pl_foreign_) stat_driven.add();
+        } else {
+          out.outcome = refused;
+          name_callable(r, out);
+          if (r.trace != nullptr) [[unlikely]]
+            trace_ran(s, p.member, pl_trace_t0_[i], out.outcome, *r.trace);
+        }
+      }
+      ++pl_sent_;
+    }
+  }
+
+  /// Settles the oldest entry (there is one): receives its answer if it went out. With `wait`
+  /// the endpoint waits for the answer, or (AwaitsAnswerOr) returns false as soon as more was
+  /// posted than is in flight, to send that first; without, the answer must be ready.
+  bool pl_settle_oldest(bool wait) noexcept {
+    const std::uint32_t i = pl_taken_ % kDepth;
+    if (!pl_in_flight_[i]) return true;
+    if constexpr (AwaitsAnswerOr<Endpoint>) {
+      if (wait) {
+        // While the child runs it, send what the scheduler posts meanwhile (it notifies the
+        // event this sleeps on): the child then finds the next task when it finishes this one.
+        const auto more = [&] {
+          return pl_sent_ - pl_taken_ < pl_window_ &&
+                 posted.load(std::memory_order_seq_cst) != pl_sent_;
+        };
+        if (!endpoint_.await_answer_or(more)) return false;
+      }
+    }
+    Result& out = results[i];
+    const LeafRequest& r = pl_requests_[i];
+    out.outcome = endpoint_.receive(out.fault);
+    if (r.trace != nullptr) [[unlikely]] {
+      trace_ran(core_.pool.at(ring[i].slot), ring[i].member, pl_trace_t0_[i], out.outcome,
+                *r.trace);
+    }
+    finish_outcome(r, out);
+    return true;
+  }
+
+  /// Publishes the oldest entry's outcome (settled) to the scheduler, completing a single task
+  /// here. Returns a successor this lane may run itself (see runnable_here), or null.
+  detail::Slot* pl_publish() noexcept {
+    Result& out = results[pl_taken_ % kDepth];
+    detail::Slot& s = core_.pool.at(ring[pl_taken_ % kDepth].slot);
+    stat_lane.count(out.outcome);
+    out.completed_by_lane = !s.is_group();
+    detail::Slot* next = nullptr;
+    if (out.completed_by_lane) next = complete_here(s, out);
+    ++pl_taken_;
+    completed.store(pl_taken_, std::memory_order_seq_cst);
+    if (!queued.exchange(true, std::memory_order_seq_cst)) {
+      core_.done.push(this);
+      owe_signal_ = true;
+    }
+    settle_signal();
+    return next;
   }
 
   /// Runs, on this lane, successors that this lane's completions made ready (the chain case:
@@ -335,8 +522,10 @@ class WorkerThread : public detail::LaneCore {
   [[nodiscard]] bool runnable_here(const detail::Slot& c) const noexcept {
     if constexpr (Pipelines<Endpoint>) {
       // Keep a successor only when nothing else is in flight or posted: it then goes out at
-      // once (a chain needs no scheduler hop); otherwise the window is busy anyway.
-      if (pl_sent_ - pl_taken_ > 1 || posted.load(std::memory_order_seq_cst) != pl_sent_) {
+      // once (a chain needs no scheduler hop); otherwise the window is busy anyway. Another
+      // thread driving the lane keeps none: it is not the lane's thread, which runs them.
+      if (pl_foreign_ || pl_sent_ - pl_taken_ > 1 ||
+          posted.load(std::memory_order_seq_cst) != pl_sent_) {
         return false;
       }
     }
@@ -513,9 +702,25 @@ class WorkerThread : public detail::LaneCore {
   L leaf_;
   Endpoint endpoint_;
   Restricted restricted_{&endpoint_};
-  // The pipelined loop's counters, for runnable_here (lane thread only).
-  std::uint32_t pl_sent_ = 0;
-  std::uint32_t pl_taken_ = 0;
+  // The pipeline (pipelined_loop, driven_loop): owned by the lane's thread, or for a driven
+  // lane by whoever holds driver_.
+  std::uint32_t pl_sent_ = 0;   // ring entries handed to the endpoint (or settled without it)
+  std::uint32_t pl_taken_ = 0;  // outcomes published
+  std::uint32_t pl_window_ = 1;
+  bool pl_foreign_ = false;  // a thread other than the lane's holds driver_
+  std::array<bool, kDepth> pl_in_flight_{};
+  std::array<LeafRequest, kDepth> pl_requests_{};
+  std::array<std::int64_t, kDepth> pl_trace_t0_{};  // a traced task: when it was handed over
+  std::array<detail::TraceReply, kDepth> pl_trace_replies_{};  // and what its endpoint said
+  // Driven lanes: who holds the pipeline, and what it held when let go (for the lane thread's
+  // checks, which do not take driver_). Own line: the run's thread and the lane's write them.
+  static constexpr std::uint32_t kDriverLane = 1;
+  static constexpr std::uint32_t kDriverOther = 2;
+  alignas(detail::kCacheLine) std::atomic<std::uint32_t> driver_{0};
+  std::atomic<std::uint32_t> sent_pub_{0};
+  std::atomic<std::uint32_t> taken_pub_{0};
+  /// The lane's thread is about to sleep up to a second (nothing in flight when it looked).
+  std::atomic<bool> long_sleep_{false};
   std::thread thread_;
   Result local_;             // result of a successor run by run_successors
   bool owe_signal_ = false;  // pushed to done or ready_inbox without waking the scheduler yet

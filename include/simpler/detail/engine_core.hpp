@@ -97,6 +97,8 @@ struct EngineCore {
   /// Next-level and sub lanes by WorkerId (ids are positions).
   std::vector<LaneCore*> next_level;
   std::vector<LaneCore*> subs;
+  /// The lanes of both roles whose endpoint the run's thread may drive (LaneCore::drive).
+  std::vector<LaneCore*> driven_lanes;
 
   /// The current run's deadline on the steady clock (ns), 0 = none. Written by the run's thread
   /// before its first submit and after its fence (relaxed: the inbox hand-off orders it). Read

@@ -98,6 +98,16 @@ struct LaneCore {
   /// when it starts (the event never moves); null for other lanes. No waiter there costs one load.
   std::atomic<EventCount*> also_wake{nullptr};
 
+  // ---- Driven lanes (DrivenInline endpoints: a forked child). Another thread may run such a
+  // lane's endpoint while holding `driver` (WorkerThread, "Driven lanes"): a scheduler pass on
+  // the run's thread sends what it posts there itself (DriveStep::Post, instead of waking the
+  // lane's thread), and the run's fence takes the child's answers in (DriveStep::Collect).
+  // Either returns false when it did nothing (the lane's own thread holds it, or there was
+  // nothing to take); Post then leaves the posts to the caller to publish as usual.
+  enum class DriveStep : std::uint8_t { Post, Collect };
+  using DriveFn = bool (*)(LaneCore&, DriveStep) noexcept;
+  DriveFn drive = nullptr;  ///< set at construction for driven lanes, null for the others
+
   // ---- Rarely written, read by both sides.
   alignas(kCacheLine) std::atomic<bool> stopping{false};
   /// Set by the lane when its child is gone for good; the scheduler then stops giving it shared
@@ -142,6 +152,8 @@ struct LaneCore {
   OutcomeCounters stat_tasks;
   StatCounter stat_kept;
   StatCounter stat_passes;  ///< scheduler passes (that took work) this lane ran while idle
+  /// Driven lanes: tasks the run's thread sent to the child itself (written under `driver`).
+  StatCounter stat_driven;
 };
 
 /// Lanes with results to collect (each lane is on it at most once: see LaneCore::queued).

@@ -74,9 +74,13 @@ struct MailboxHeader {
   // so each side reads a frame only after the other's store of the counter published it.
   // `wanted` is the task the parent waits for (or last waited for): the child wakes the parent
   // only when it answers that task, so a batch of answers costs one wake, not one per task.
+  // `received` counts the answers the parent took: a child about to sleep with answers nobody
+  // took wakes the parent's lane thread for them (the thread that sent them may have gone on to
+  // other work: see WorkerThread, "Driven lanes").
   // Parent-written and child-written counters sit on different cache lines.
   alignas(64) std::atomic<std::uint32_t> sent{0};
   std::atomic<std::uint32_t> wanted{0};
+  std::atomic<std::uint32_t> received{0};
   alignas(64) std::atomic<std::uint32_t> answered{0};
 };
 

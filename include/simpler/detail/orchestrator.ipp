@@ -768,7 +768,7 @@ inline void OrchestratorBase::dispatch_published() noexcept {
   if (light_ready_push_) std::atomic_thread_fence(std::memory_order_seq_cst);
   detail::SchedulerCore* d = core_.driving();
   if (d != nullptr && core_.pool.live() <= kInlineDispatchLive) {
-    d->try_pass(core_.stats.orch_passes);
+    d->try_pass(core_.stats.orch_passes, nullptr, true);
   } else {
     core_.notify_scheduler();
   }
@@ -833,6 +833,12 @@ inline std::chrono::steady_clock::time_point OrchestratorBase::submit_wait_deadl
   run_bound = run_dl != 0 && detail::steady_from_ns(run_dl) < deadline;
   if (run_bound) deadline = detail::steady_from_ns(run_dl);
   return deadline;
+}
+
+// The answers driven lanes' children gave to tasks this thread sent them (LaneCore::drive). Any
+// left when this thread stops polling are taken by the lane's thread, which the child wakes.
+inline void OrchestratorBase::collect_driven() noexcept {
+  for (detail::LaneCore* l : core_.driven_lanes) l->drive(*l, detail::LaneCore::DriveStep::Collect);
 }
 
 inline bool OrchestratorBase::workers_idle() const noexcept {
@@ -1202,13 +1208,16 @@ inline int OrchestratorBase::finish_run() noexcept {
     bool ok = false;
     if (drives) {
       core_.orch_polling.store(true, std::memory_order_seq_cst);
+      // Driven lanes' answers first: what they complete is then in this very pass.
       const auto drive = [&] {
-        driver->try_pass(core_.stats.orch_passes);
+        collect_driven();
+        driver->try_pass(core_.stats.orch_passes, nullptr, true);
         return settled();
       };
       ok = detail::EventCount::spin_until(drive, core_.timing.spin);
+      collect_driven();  // still polling: what it pushes needs no wake-up
       core_.orch_polling.store(false, std::memory_order_seq_cst);
-      driver->try_pass(core_.stats.orch_passes);
+      driver->try_pass(core_.stats.orch_passes, nullptr, true);
     }
     if (!ok) {
       // Spun already when it polled: sleep now.

@@ -30,7 +30,7 @@ class SchedulerCore {
   /// per task and leaves the scheduler thread asleep (see EngineCore::pass_owner). `passes`
   /// counts the passes that took work (the caller's own counter: one writer each). An idle lane
   /// passes itself as `self`: shared-queue tasks go to it first (it is awake and on a core).
-  void try_pass(StatCounter& passes, LaneCore* self = nullptr) noexcept;
+  void try_pass(StatCounter& passes, LaneCore* self = nullptr, bool run_thread = false) noexcept;
 
  private:
   struct RoleQueues {
@@ -103,6 +103,7 @@ class SchedulerCore {
     return q.pop_front();
   }
   LaneCore* self_ = nullptr;        // the lane doing this pass, if a lane does (try_pass)
+  bool run_thread_ = false;         // the run's thread does this pass: it drives driven lanes
   std::vector<LaneCore*> touched_;  // lanes with staged, unpublished posts  // bumped by route();
                                     // dispatch repeats while it moves
 };

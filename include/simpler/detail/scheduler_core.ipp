@@ -71,14 +71,16 @@ inline bool SchedulerCore::pass() {
   return arrived || finished;
 }
 
-inline void SchedulerCore::try_pass(StatCounter& passes, LaneCore* self) noexcept {
+inline void SchedulerCore::try_pass(StatCounter& passes, LaneCore* self, bool run_thread) noexcept {
   // The holder looks for input again after it lets go (both sides: pushes and the token are
   // seq_cst), so giving up when the token is taken cannot strand a task.
   while (has_input() && acquire()) {
     const auto check_before = next_check_;
     self_ = self;
+    run_thread_ = run_thread;
     if (pass()) passes.add();
     self_ = nullptr;
+    run_thread_ = false;
     // A deadline this pass started watching may come before the one the scheduler thread
     // sleeps towards: wake it to look (only with deadlines in play).
     const bool earlier = next_check_ < check_before;
@@ -416,10 +418,13 @@ inline void SchedulerCore::post(LaneCore& lane, TaskSlot id, std::uint32_t membe
   ++lane.staged;
 }
 
-// One publication and one wake check per lane per dispatch pass, not per task.
+// One publication and one wake check per lane per dispatch pass, not per task. On the run's
+// thread, a driven lane's posts are sent to its child right here (WorkerThread, "Driven
+// lanes"): its thread is not woken, and the run's fence takes the answers in.
 inline void SchedulerCore::publish_posts() {
   for (LaneCore* l : touched_) {
     l->stat_posted.add(l->staged - l->posted.load(std::memory_order_relaxed));
+    if (run_thread_ && l->drive != nullptr && l->drive(*l, LaneCore::DriveStep::Post)) continue;
     l->posted.store(l->staged, std::memory_order_seq_cst);  // publishes the ring entries
     l->wake.notify_all();
     if (EventCount* also = l->also_wake.load(std::memory_order_seq_cst)) also->notify_all();

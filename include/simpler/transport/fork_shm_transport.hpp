@@ -248,8 +248,38 @@ struct ForkShmTransport {
       return w != Wait::Answered || answered(received_);
     }
     /// The event await_answer_or sleeps on: the child notifies it when it answers the task the
-    /// lane waits for, the lane's poster when it posts more (LaneCore::also_wake).
+    /// lane waits for, or when it is about to sleep with answers nobody took; the lane's poster
+    /// when it posts more (LaneCore::also_wake).
     [[nodiscard]] detail::EventCount& answer_event() noexcept { return box_->to_parent; }
+
+    // ---- DrivenInline: any one thread at a time may send and receive (the lane serialises
+    // them); these let a thread other than the sender find out, without waiting, what is due.
+
+    /// Whether receive() would not wait: nothing in flight, the oldest task was answered, or the
+    /// child is gone.
+    [[nodiscard]] bool answer_ready() const noexcept {
+      return received_ == sent_ || pid_ < 0 || answered(received_);
+    }
+    /// Whether the child answered a task receive() has not returned yet. Any thread: it reads
+    /// only the mailbox's counters.
+    [[nodiscard]] bool answers_waiting() const noexcept {
+      return static_cast<std::int32_t>(box_->answered.load(std::memory_order_seq_cst) -
+                                       box_->received.load(std::memory_order_seq_cst)) > 0;
+    }
+    /// Checks, without waiting, that the child is alive; a dead one ends every task in flight
+    /// (receive() then returns at once). False when it is dead.
+    bool poll_child() noexcept {
+      if (pid_ < 0) return false;
+      if (auto how = detail::poll_exit(pid_)) {
+        died(std::move(*how));
+        return false;
+      }
+      return true;
+    }
+    /// How often a thread that waits on the child checks that it lives.
+    [[nodiscard]] static constexpr std::chrono::milliseconds liveness_tick() noexcept {
+      return kLivenessTick;
+    }
     /// Tasks handed to the child so far (diagnostics and tests; any thread).
     [[nodiscard]] std::uint32_t tasks_sent() const noexcept {
       return box_ != nullptr ? box_->sent.load(std::memory_order_seq_cst) : 0;
@@ -265,6 +295,8 @@ struct ForkShmTransport {
         return Outcome::EndpointFailure;
       }
       const std::uint32_t seq = received_++;
+      // The child reads it only to decide whether to wake the lane thread for untaken answers.
+      box_->received.store(received_, std::memory_order_seq_cst);
       const Pending& p = pending_[seq % kWindow];
       if (!answered(seq)) {
         const Wait w = pid_ < 0 ? Wait::Died : wait_answered(seq);
@@ -440,10 +472,7 @@ struct ForkShmTransport {
             ready, kSpin, std::min(std::chrono::steady_clock::now() + kLivenessTick, deadline));
         if (got) return Wait::Answered;
         if (auto how = detail::poll_exit(pid_)) {
-          log(LogLevel::Warn, "the child of {} (pid {}) died: {}", pid_, *how);
-          pid_ = -1;
-          set(death_, std::move(*how));
-          first_unanswered_ = box_->answered.load(std::memory_order_seq_cst);
+          died(std::move(*how));
           return Wait::Died;
         }
         if (std::chrono::steady_clock::now() >= deadline) {
@@ -456,6 +485,14 @@ struct ForkShmTransport {
           return Wait::TimedOut;
         }
       }
+    }
+
+    /// Records that the child ended (`how`, from poll_exit): the endpoint is dead.
+    void died(std::string how) noexcept {
+      log(LogLevel::Warn, "the child of {} (pid {}) died: {}", pid_, how);
+      pid_ = -1;
+      set(death_, std::move(how));
+      first_unanswered_ = box_->answered.load(std::memory_order_seq_cst);
     }
 
     /// Whether the child answered task `seq` (answers come in order). The seq_cst load makes the
@@ -531,15 +568,24 @@ struct ForkShmTransport {
       }
       answer(detail::MailboxState::Ready);
       std::uint32_t served = 0;  // tasks answered (the child's copy of box_->answered)
+      const auto request = [&] {
+        if (box_->sent.load(std::memory_order_seq_cst) != served) return true;
+        const auto s = box_->state.load(std::memory_order_seq_cst);
+        return s == detail::MailboxState::Shutdown || s == detail::MailboxState::ControlRequest;
+      };
       for (;;) {
-        const bool got = box_->to_child.await(
-            [&] {
-              if (box_->sent.load(std::memory_order_seq_cst) != served) return true;
-              const auto s = box_->state.load(std::memory_order_seq_cst);
-              return s == detail::MailboxState::Shutdown ||
-                     s == detail::MailboxState::ControlRequest;
-            },
-            kSpin, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+        bool got = detail::EventCount::spin_until(request, kSpin);
+        if (!got) {
+          // About to sleep with answers the parent has not taken: the thread that sent them may
+          // be busy elsewhere (they went out from the run's thread: WorkerThread, "Driven
+          // lanes"), so wake the lane thread to take them. A sleeper-less notify is one load.
+          if (box_->received.load(std::memory_order_seq_cst) != served) {
+            box_->to_parent.notify_all();
+          }
+          got = box_->to_child.await(
+              request, std::chrono::nanoseconds(0),
+              std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+        }
         if (!got) {
           if (!detail::parent_alive(parent)) ::_exit(2);
           continue;

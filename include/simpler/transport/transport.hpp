@@ -130,6 +130,24 @@ concept AwaitsAnswerOr = requires(E& e, bool (*more)()) {
   noexcept->std::same_as<detail::EventCount&>;
 };
 
+/// Optional, with AwaitsAnswerOr: the endpoint may be driven by another thread than its lane's,
+/// one thread at a time, and that thread need not wait for answers. answer_ready() says, without
+/// waiting, whether receive() would return at once; answers_waiting() (any thread) whether the
+/// child answered a task nobody received yet; poll_child() checks, without waiting, that the
+/// child lives (a dead one settles every task in flight), every liveness_tick() while tasks are
+/// in flight and nobody waits for them. The child wakes answer_event()'s sleeper when it is
+/// about to sleep with answers nobody took. See WorkerThread, "Driven lanes".
+template <class E>
+concept DrivenInline = AwaitsAnswerOr<E> && requires(E& e, const E& ce) {
+  { ce.answer_ready() }
+  noexcept->std::same_as<bool>;
+  { ce.answers_waiting() }
+  noexcept->std::same_as<bool>;
+  { e.poll_child() }
+  noexcept->std::same_as<bool>;
+  { E::liveness_tick() } -> std::convertible_to<std::chrono::milliseconds>;
+};
+
 /// Optional: has work to do while its lane is idle (heartbeats): the idle lane wakes every
 /// tick_period() and calls tick().
 template <class E>
