@@ -42,7 +42,7 @@ class WorkerThread : public detail::LaneCore {
     }
     if constexpr (kDriven) {
       // Before any thread exists: whoever drives the lane reads it.
-      pl_window_ = std::max<std::uint32_t>(1, std::min<std::uint32_t>(endpoint_.window(), kDepth));
+      pl_window_ = pipeline_window();
       drive = &drive_thunk;
     }
     // An endpoint that logs its child's life (a fork, its death) names it after this lane.
@@ -202,7 +202,7 @@ class WorkerThread : public detail::LaneCore {
   /// come back in the order the tasks were sent. Successors always go through the scheduler.
   /// An idle lane whose endpoint Ticks wakes every tick period to call tick().
   void pipelined_loop() noexcept {
-    pl_window_ = std::max<std::uint32_t>(1, std::min<std::uint32_t>(endpoint_.window(), kDepth));
+    pl_window_ = pipeline_window();
     if constexpr (AwaitsAnswerOr<Endpoint>) {
       also_wake.store(&endpoint_.answer_event(), std::memory_order_seq_cst);
     }
@@ -222,6 +222,11 @@ class WorkerThread : public detail::LaneCore {
       // A successor kept here (nothing else was in flight): sent at once, no scheduler hop.
       if (next != nullptr && !run_successors(next)) return detach_once();
     }
+  }
+
+  /// Tasks the pipeline keeps in flight: the endpoint's window, at most the post ring's depth.
+  [[nodiscard]] std::uint32_t pipeline_window() const noexcept {
+    return std::max<std::uint32_t>(1, std::min<std::uint32_t>(endpoint_.window(), kDepth));
   }
 
   // ---- Driven lanes (DrivenInline endpoints: a forked child).

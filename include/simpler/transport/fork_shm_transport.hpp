@@ -295,8 +295,10 @@ struct ForkShmTransport {
         return Outcome::EndpointFailure;
       }
       const std::uint32_t seq = received_++;
-      // The child reads it only to decide whether to wake the lane thread for untaken answers.
-      box_->received.store(received_, std::memory_order_seq_cst);
+      // Read only to decide whether answers wait untaken (the child's wake of the lane thread,
+      // answers_waiting): a stale value means one wake-up too many, never one too few, so a
+      // release store serves (no fence per task on the streaming path).
+      box_->received.store(received_, std::memory_order_release);
       const Pending& p = pending_[seq % kWindow];
       if (!answered(seq)) {
         const Wait w = pid_ < 0 ? Wait::Died : wait_answered(seq);
