@@ -473,13 +473,18 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     const TaskArgs& a = members[m];
     const WorkerId target = s.target(m);
     for (std::int32_t i = 0; i < a.tensor_count(); ++i, ++k) {
-      const ContinuousTensor& t = s.tensors[k];
+      // The caller's copy, not the slot's: the slot's lines were just written over a copy that
+      // the core which ran the slot's last task read, and reading them back here stalled on it.
+      // Only an auto-allocated output's address is the slot's alone.
+      const ContinuousTensor& t = a.tensor(i);
       const TensorArgType tag = a.tag(i);
       const std::uint64_t bytes = t.nbytes();
-      if (t.data == 0 || bytes == 0 || tag == TensorArgType::NoDep) continue;
+      const std::uint64_t data =
+          heap && tag == TensorArgType::Output && t.data == 0 ? s.tensors[k].data : t.data;
+      if (data == 0 || bytes == 0 || tag == TensorArgType::NoDep) continue;
       const std::uint64_t space = detail::space_of(t, target);
-      const std::uint64_t begin = t.data;
-      const std::uint64_t end = t.data + bytes;
+      const std::uint64_t begin = data;
+      const std::uint64_t end = data + bytes;
       if (tag == TensorArgType::Input || tag == TensorArgType::InOut) {
         if (traced) [[unlikely]]
           trace_reads(space, begin, end, s.id);
