@@ -11,8 +11,9 @@
 // the last one is found without a walk). Erasure removes a leaf once it is empty and merges a leaf
 // under a quarter full into a sibling of the same parent that has room, so the leaves stay
 // proportional to the keys; inner nodes are dropped only when empty. Nodes come from pools that
-// keep freed nodes, so a map that reached its working size allocates nothing more. Single-owner:
-// not thread-safe.
+// keep freed nodes, so a map that reached its working size allocates nothing more. An insert
+// whose split cannot get its nodes throws with the index unchanged (it takes them all before it
+// changes anything); erasure never allocates. Single-owner: not thread-safe.
 #pragma once
 
 #include <algorithm>
@@ -53,6 +54,10 @@ class RecordPool {
     return p;
   }
   void put(T* p) noexcept { free_.push_back(p); }  // never reallocates: see grow()
+  /// Makes the next n get() calls unable to throw (grows now if fewer records are free).
+  void reserve(std::size_t n) {
+    while (free_.size() < n) grow();
+  }
 
  private:
   struct Chunk {
@@ -332,6 +337,11 @@ class OrderedIndex {
       ++size_;
       return {l, i};
     }
+    // Everything the split may take from the pools first: a leaf, and an inner node per level
+    // plus a new root. Nothing after this can throw, so a failed allocation leaves the tree as
+    // it was (a throw from add_child's new_inner() used to leave a leaf split but unparented).
+    leaves_.reserve(1);
+    inners_.reserve(inner_levels() + 1);
     Leaf* r = new_leaf();
     ++size_;
     if (i == l->n && l->next == nullptr) {
@@ -409,6 +419,13 @@ class OrderedIndex {
     leaves_.put(static_cast<Leaf*>(x));
   }
 
+  // Levels of inner nodes above the leaves (0: the root is a leaf).
+  [[nodiscard]] std::size_t inner_levels() const noexcept {
+    std::size_t n = 0;
+    for (const Node* x = root_; !x->leaf; x = static_cast<const Inner*>(x)->kids[0]) ++n;
+    return n;
+  }
+
   static std::uint32_t child_index(const Inner* p, const Node* child) noexcept {
     std::uint32_t c = 0;
     while (p->kids[c] != child) ++c;
@@ -439,28 +456,37 @@ class OrderedIndex {
       ++p->n;
       return;
     }
-    // Full: lay out the kInnerCap + 1 keys and kInnerCap + 2 kids, keep the lower half here, move
-    // the upper half to a new node, and pass the middle key up.
-    K keys[kInnerCap + 1];
-    Node* kids[kInnerCap + 2];
-    for (std::uint32_t j = 0, s = 0; j < kInnerCap + 1; ++j) keys[j] = j == c ? sep : p->keys[s++];
-    for (std::uint32_t j = 0, s = 0; j < kInnerCap + 2; ++j)
-      kids[j] = j == c + 1 ? right : p->kids[s++];
+    // Full: of the kInnerCap + 1 keys (sep at c) and kInnerCap + 2 kids (right at c + 1), the
+    // lower half stays here, the upper half moves to a new node and the middle key goes up. Read
+    // in place, upper half first: no key is default-constructed (K's default constructor may
+    // do anything; the split must not throw once it has begun).
+    const auto key_at = [&](std::uint32_t j) -> const K& {
+      return j < c ? p->keys[j] : j == c ? sep : p->keys[j - 1];
+    };
+    const auto kid_at = [&](std::uint32_t j) -> Node* {
+      return j <= c ? p->kids[j] : j == c + 1 ? right : p->kids[j - 1];
+    };
+    // A full node's child is one of its kInnerCap + 1 (tells GCC the reads stay in bounds).
+    if (c > kInnerCap) __builtin_unreachable();
     constexpr std::uint32_t mid = (kInnerCap + 1) / 2;
     Inner* q = new_inner();
-    p->n = mid;
-    for (std::uint32_t j = 0; j < mid; ++j) p->keys[j] = keys[j];
-    for (std::uint32_t j = 0; j <= mid; ++j) {
-      p->kids[j] = kids[j];
-      kids[j]->parent = p;
-    }
     q->n = kInnerCap - mid;
-    for (std::uint32_t j = 0; j < q->n; ++j) q->keys[j] = keys[mid + 1 + j];
+    for (std::uint32_t j = 0; j < q->n; ++j) q->keys[j] = key_at(mid + 1 + j);
     for (std::uint32_t j = 0; j <= q->n; ++j) {
-      q->kids[j] = kids[mid + 1 + j];
+      q->kids[j] = kid_at(mid + 1 + j);
       q->kids[j]->parent = q;
     }
-    add_child(p, keys[mid], q);
+    const K up = key_at(mid);
+    if (c < mid) {
+      // sep and right land in the lower half: what follows them there moves one place on.
+      for (std::uint32_t j = mid; j-- > c + 1;) p->keys[j] = p->keys[j - 1];
+      p->keys[c] = sep;
+      for (std::uint32_t j = mid; j > c + 1; --j) p->kids[j] = p->kids[j - 1];
+      p->kids[c + 1] = right;
+      right->parent = p;
+    }
+    p->n = mid;
+    add_child(p, up, q);
   }
 
   // Takes `child` out of its parent `p`; an inner node left without children goes too, and a
