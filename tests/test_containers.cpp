@@ -3,6 +3,7 @@
 // and ReadyRing (the Orchestrator's bounded hand-off to the scheduler).
 #include <catch2/catch.hpp>
 
+#include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/mman.h>
@@ -601,6 +602,78 @@ TEST_CASE("an OrderedIndex matches std::map over random inserts and erasures", "
   random_against_map<OrderedIndex<std::uint64_t, std::uint64_t>>(7);
 }
 
+namespace {
+
+// A key whose default constructor throws once a countdown runs out: the tree's pools make their
+// nodes' keys that way (RecordPool::grow), so a failing node allocation can be injected
+// anywhere in a split. Trivially copyable, as OrderedIndex requires.
+struct FragileKey {
+  std::uint64_t v = 0;
+  static inline int countdown = -1;  // default constructions left before one throws; < 0: never
+  FragileKey() {
+    if (countdown >= 0 && countdown-- == 0) throw std::bad_alloc();
+  }
+  FragileKey(std::uint64_t x) : v(x) {}  // NOLINT(google-explicit-constructor): keys as numbers
+  operator std::uint64_t() const noexcept { return v; }  // NOLINT(google-explicit-constructor)
+  bool operator<(const FragileKey& o) const noexcept { return v < o.v; }
+};
+static_assert(std::is_trivially_copyable_v<FragileKey>);
+
+}  // namespace
+
+TEST_CASE("an OrderedIndex insert whose split cannot get a node throws and changes nothing",
+          "[containers]") {
+  // Small nodes: a deep tree whose inserts split leaves and inner nodes up to a new root often,
+  // so failures land with a leaf taken but no inner node, halfway up, and at the root.
+  using Index = OrderedIndex<FragileKey, std::uint64_t, 8, 3>;
+  std::mt19937_64 rng(41);
+  int failures = 0;
+  struct Disarm {
+    ~Disarm() { FragileKey::countdown = -1; }
+  } disarm;
+  for (int round = 0; round < 200; ++round) {
+    // A fresh index each round, so its pools grow (a chunk of nodes at a time) all along and the
+    // countdown runs out in a leaf's chunk or in an inner node's, wherever the split then is.
+    Index ix;
+    std::map<std::uint64_t, std::uint64_t> ref;
+    FragileKey::countdown = static_cast<int>(rng() % 4000);
+    for (int s = 0; s < 3000; ++s) {
+      const std::uint64_t k = rng() % 100'000;
+      if (ref.contains(k)) continue;
+      bool threw = false;
+      try {
+        ix.insert(FragileKey(k), k * 3);
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
+      if (threw) {
+        ++failures;
+        FragileKey::countdown = -1;
+        check_same(ix, ref, rng);  // the key is absent and everything else is intact
+        break;
+      }
+      ref.emplace(k, k * 3);
+    }
+    FragileKey::countdown = -1;
+    // The index goes on working: more inserts and some erasures.
+    for (int s = 0; s < 500; ++s) {
+      const std::uint64_t k = rng() % 100'000;
+      if (!ref.contains(k)) {
+        ix.insert(FragileKey(k), k * 3);
+        ref.emplace(k, k * 3);
+      }
+      if (s % 3 == 0) {
+        auto r = ref.lower_bound(rng() % 100'000);
+        if (r == ref.end()) r = ref.begin();
+        ix.erase(ix.find(FragileKey(r->first)));
+        ref.erase(r);
+      }
+    }
+    check_same(ix, ref, rng);
+  }
+  CHECK(failures >= 100);
+}
+
 TEST_CASE("an OrderedIndex filled in key order leaves its leaves full", "[containers]") {
   // Keys that only grow (tensors allocated in address order): each append to a full last leaf
   // starts a new one instead of splitting it in half, whichever insert is used.
@@ -993,10 +1066,21 @@ TEST_CASE("EventCount loses no wake-up between two threads that only sleep",
 }
 
 // Makes every membarrier(2) call of this process fail with EPERM from now on (seccomp: no way
-// back). Only in a forked child.
+// back). Only in a forked child. The filter looks at the call's ABI first: a syscall number
+// names membarrier only in this build's own ABI (a 32-bit call on x86-64 numbers differently).
 namespace {
+#if defined(__x86_64__)
+constexpr std::uint32_t kAuditArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+constexpr std::uint32_t kAuditArch = AUDIT_ARCH_AARCH64;
+#else
+#error "refuse_membarrier: add this architecture's AUDIT_ARCH_ constant"
+#endif
 bool refuse_membarrier() {
   sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kAuditArch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),  // another ABI: its numbers mean other calls
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_membarrier, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
