@@ -137,18 +137,7 @@ class WorkerThread : public detail::LaneCore {
             return detach_once();  // abandoned at a deadline: the scheduler ended its posts
           }
         }
-        stat_lane.count(out.outcome);
-        // A single task is completed here, on the lane; a group member goes back to the
-        // scheduler, which waits for every member.
-        detail::Slot* next = nullptr;
-        out.completed_by_lane = !s.is_group();
-        if (out.completed_by_lane) next = complete_here(s, out);
-        ++taken;
-        completed.store(taken, std::memory_order_seq_cst);
-        if (!queued.exchange(true, std::memory_order_seq_cst)) {
-          core_.done.push(this);
-          owe_signal_ = true;
-        }
+        detail::Slot* next = publish_outcome(s, out, taken);
         avail = posted.load(std::memory_order_seq_cst);
         // Going idle: the pass below takes what this task pushed. Anything else keeps the lane
         // busy for a while, so the scheduler thread takes it now.
@@ -460,17 +449,26 @@ class WorkerThread : public detail::LaneCore {
   detail::Slot* pl_publish() noexcept {
     Result& out = results[pl_taken_ % kDepth];
     detail::Slot& s = core_.pool.at(ring[pl_taken_ % kDepth].slot);
+    detail::Slot* next = publish_outcome(s, out, pl_taken_);
+    settle_signal();
+    return next;
+  }
+
+  /// Publishes the outcome `out` of task number `taken` (slot `s`) and advances `taken`: a single
+  /// task is completed here, on the lane; a group member goes back to the scheduler, which waits
+  /// for every member. The lane goes on the done list when it is not on it, and then owes the
+  /// scheduler a signal (owe_signal_; the caller settles it). Returns a successor this lane may
+  /// run itself (see runnable_here), or null.
+  detail::Slot* publish_outcome(detail::Slot& s, Result& out, std::uint32_t& taken) noexcept {
     stat_lane.count(out.outcome);
     out.completed_by_lane = !s.is_group();
-    detail::Slot* next = nullptr;
-    if (out.completed_by_lane) next = complete_here(s, out);
-    ++pl_taken_;
-    completed.store(pl_taken_, std::memory_order_seq_cst);
+    detail::Slot* next = out.completed_by_lane ? complete_here(s, out) : nullptr;
+    ++taken;
+    completed.store(taken, std::memory_order_seq_cst);
     if (!queued.exchange(true, std::memory_order_seq_cst)) {
       core_.done.push(this);
       owe_signal_ = true;
     }
-    settle_signal();
     return next;
   }
 
