@@ -39,6 +39,7 @@
 #include "simpler/detail/ready_ring.hpp"
 #include "simpler/detail/ring_buffer.hpp"
 #include "simpler/detail/small_vec.hpp"
+#include "support/child_wait.hpp"
 #include "support/gate.hpp"
 
 // The file's own namespace: the unity build compiles several test files as one unit, and
@@ -1121,22 +1122,13 @@ TEST_CASE("an asymmetric EventCount whose heavy fence fails still takes a publis
   const bool child_waits = simpler::testing::eventually([&] { return waiting->load() == 1; });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   flag->store(1, std::memory_order_release);
-  int status = 0;
-  pid_t waited = 0;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((waited = ::waitpid(pid, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (waited == 0) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
+  const simpler::testing::ChildExit exit =
+      simpler::testing::wait_child(pid, std::chrono::seconds(20));
   ::munmap(page, 4096);
   CHECK(child_waits);
-  REQUIRE(waited == pid);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  REQUIRE_FALSE(exit.timed_out);
+  REQUIRE(WIFEXITED(exit.status));
+  CHECK(WEXITSTATUS(exit.status) == 0);
 }
 
 // The store-buffering litmus test: each thread stores its flag, then loads the other's. One side

@@ -1,10 +1,17 @@
 // Tests for detail::TensorMap: the last live writer of every byte range, per address space.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <new>
 #include <numeric>
 #include <random>
 #include <set>
@@ -13,6 +20,7 @@
 #include <vector>
 
 #include "simpler/detail/tensor_map.hpp"
+#include "support/child_wait.hpp"
 #include "support/legacy_tensor_map.hpp"
 
 // The file's own namespace: the unity build compiles several test files as one unit, and
@@ -861,6 +869,89 @@ TEST_CASE("a tensor map of 200k segments keeps them in huge-page blocks and find
     CHECK(lookup(m, 0, 0, kSegs * 128).empty());
   }
   CHECK(simpler::detail::big_bytes_mapped() == mapped);
+}
+
+namespace {
+
+// The forked child of the out-of-memory test below; its exit code says what went wrong.
+int out_of_memory_child() {
+  TensorMap m;
+  // 140k segments in random order, then 80k of them erased again (and their holes swept): the
+  // pools keep the records and tree nodes for them, and the hash index shrinks to 2^18 slots.
+  // Re-inserting them then needs new memory only when the index grows, past 2^17 segments.
+  constexpr std::uint64_t kAll = 140'000;
+  constexpr std::uint64_t kBack = 80'000;
+  std::vector<std::uint64_t> order(kAll);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
+  for (std::uint64_t i : order) m.insert(0, i * 128, i * 128 + 64, static_cast<TaskSlot>(i));
+  for (std::uint64_t k = kAll - kBack; k < kAll; ++k) {
+    const std::uint64_t i = order[k];
+    m.erase_owned(0, i * 128, i * 128 + 64, static_cast<TaskSlot>(i));
+  }
+  m.sweep([](const simpler::detail::TensorReader&) { return true; });
+  if (m.size() != kAll - kBack) return 10;
+
+  // No new address space from here on (a little for the stack and small allocations).
+  std::uint64_t pages = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%lu", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  if (pages == 0) return 11;
+  const rlimit lim{pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) + (1U << 20U),
+                   RLIM_INFINITY};
+  if (::setrlimit(RLIMIT_AS, &lim) != 0) return 12;
+
+  // Writes until one fails: it must leave no trace, and everything before it must be there.
+  std::size_t added = 0;
+  std::uint64_t failed = kAll;
+  for (std::uint64_t k = kAll - kBack; k < kAll; ++k) {
+    const std::uint64_t i = order[k];
+    try {
+      m.insert(0, i * 128, i * 128 + 64, static_cast<TaskSlot>(i));
+    } catch (const std::bad_alloc&) {
+      failed = i;
+      break;
+    }
+    ++added;
+  }
+  if (failed == kAll) return 13;  // the index never had to grow: the test tests nothing
+  if (m.size() != kAll - kBack + added) return 14;
+  if (!lookup(m, 0, failed * 128, failed * 128 + 64).empty()) return 15;
+  for (std::uint64_t k = 0; k < kAll - kBack + added; ++k) {
+    const std::uint64_t i = order[k];
+    if (lookup(m, 0, i * 128, i * 128 + 64) != Producers{static_cast<TaskSlot>(i)}) return 16;
+  }
+  // Erasing everything never throws, though the index cannot shrink without memory.
+  try {
+    for (std::uint64_t k = 0; k < kAll - kBack + added; ++k) {
+      const std::uint64_t i = order[k];
+      m.erase_owned(0, i * 128, i * 128 + 64, static_cast<TaskSlot>(i));
+    }
+    m.sweep([](const simpler::detail::TensorReader&) { return true; });
+  } catch (...) {
+    return 17;
+  }
+  if (m.size() != 0 || !lookup(m, 0, 0, kAll * 128).empty()) return 18;
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a tensor map out of memory loses no segment, and its erasures never throw",
+          "[tensor-map][big-alloc]") {
+  // In a forked child, whose address space is then capped (RLIMIT_AS) at what it holds.
+  std::fflush(nullptr);  // nothing buffered here is written twice
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) ::_exit(out_of_memory_child());
+  const simpler::testing::ChildExit exit =
+      simpler::testing::wait_child(pid, std::chrono::seconds(60));
+  REQUIRE_FALSE(exit.timed_out);  // an index missing a segment once made an erasure spin forever
+  REQUIRE(WIFEXITED(exit.status));
+  const int code = WEXITSTATUS(exit.status);  // out_of_memory_child's: 0 when all held
+  CHECK(code == 0);
 }
 
 }  // namespace simpler_test_tensor_map
