@@ -159,6 +159,10 @@ class OrchestratorBase {
                       std::span<const TaskArgs> members, const CallConfig& config,
                       std::span<const WorkerId> targets, const char* api);
   void check_open(const char* api) const;
+  /// A submit threw after taking its slot: gives the slot back, or (once it is in the frame)
+  /// fails the run and publishes the task poisoned. In the submit's catch.
+  void abandon_submit(detail::Slot& s, bool in_frame, const detail::HeapRing::Allocation* heap,
+                      int ring, const char* api) noexcept;
   /// Throws unless called inside a run, on the thread running it. Inline fast path.
   void check_owner(const char* api) const {
     if (in_run_.load(std::memory_order_acquire) &&

@@ -25,7 +25,8 @@
 // drops them all, and past 1024 plus a quarter of the live segments erase_owned() drops an older
 // hole for each one it makes, so memory stays proportional to the live segments. Out of memory, a
 // segment is in both indexes or in neither, and erase_owned() and sweep() never throw (the hash
-// index then stays larger instead of shrinking). An insert() or add_reader() that throws has
+// index then stays larger instead of shrinking, and a segment with no room on the hole list
+// leaves the map instead of becoming a hole). An insert() or add_reader() that throws has
 // changed only what it walked before: an insert may have dropped the segments it was replacing.
 // Single-owner (the Orchestrator thread): not thread-safe.
 #pragma once
@@ -454,7 +455,17 @@ class TensorMap {
 
   // A writer-less segment without readers becomes a hole; past the limit an older hole goes
   // (never the newest: the next writer of a chain is about to revive it), in O(1).
-  void make_hole(Seg& s) {
+  // Runs at retirement (erase_owned), where nothing may throw: without room on the list, the
+  // segment leaves the map instead (a later write of the range makes it again).
+  void make_hole(Seg& s) noexcept {
+    if (holes_.size() == holes_.capacity()) {
+      try {
+        holes_.reserve(holes_.size() * 2 + 16);
+      } catch (const std::bad_alloc&) {
+        erase_segment(tree_.find_near(s.place, s.key));
+        return;
+      }
+    }
     s.hole_at = static_cast<std::uint32_t>(holes_.size());
     holes_.push_back(&s);
     if (holes_.size() > kHolesKept + (tree_.size() - holes_.size()) / 4) {

@@ -1,0 +1,279 @@
+// Out of memory inside Orchestrator::submit, at every allocation the orchestration thread makes.
+//
+// A program of its own: it replaces the global operator new with one that throws bad_alloc at
+// the N-th allocation made on the armed thread (the run's thread), for N = 0, 1, 2, ... until a
+// run makes no N-th allocation. Each run submits 3000 tasks of 7 tensors over fresh buffers, so
+// the failure lands in turn on every growth the submit path has: the slot's argument storage,
+// the frame, the TensorMap's pools, index and hole list, the edges and the holds, and the
+// retirements collected inside submit. Each run must either throw the bad_alloc out of run() (the
+// submit failed; the run failed with it) or complete (a retirement absorbed it), never hang, and
+// the same Worker must then run a checked program correctly. Each point is tried again
+// with an orchestration that catches the bad_alloc and submits 10 increments more: a submit
+// that failed before its task took part changed nothing (the run goes on and they run); one that
+// failed after failed the run (the later submits throw its error, and so does run()). Before the
+// fix a failure after the task took its slot hung the run's fence, and one in a retirement's hole
+// list terminated. A watchdog ends the program (exit 2) when one case makes no progress for 60 s: a
+// hang fails the test with a message instead of waiting for ctest's timeout. Exit 0 on success; 1
+// with a message otherwise.
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "simpler/simpler.hpp"
+
+namespace {
+thread_local long t_countdown = -1;  // allocations left before the failure (-1: disarmed)
+thread_local bool t_fired = false;
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (t_countdown >= 0 && t_countdown-- == 0) {
+    t_fired = true;
+    throw std::bad_alloc();
+  }
+  void* p = std::malloc(n != 0 ? n : 1);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+namespace {
+
+using simpler::TaskArgs;
+using simpler::TaskArgsView;
+using simpler::TensorArgType;
+
+// Ends the program when `progress` has not moved for a minute (a run hung).
+class Watchdog {
+ public:
+  Watchdog()
+      : thread_([this] {
+          std::unique_lock lk(mu_);
+          long seen = -2;
+          while (!done_) {
+            if (progress_ == seen) {
+              std::fprintf(stderr, "submit_oom: no progress in 60 s at allocation %ld: hung\n",
+                           progress_);
+              std::fflush(stderr);
+              ::_exit(2);
+            }
+            seen = progress_;
+            cv_.wait_for(lk, std::chrono::seconds(60), [&] { return done_ || progress_ != seen; });
+          }
+        }) {}
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  ~Watchdog() {
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void at(long n) {
+    {
+      std::lock_guard lk(mu_);
+      progress_ = n;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  long progress_ = -1;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// The scheduler's own queues grow on demand inside passes that cannot fail, and the run's thread
+// runs such passes inside submit: an allocation failure there ends the program (a known limit,
+// not what this test is about). So each Worker first grows them past what the test's run needs:
+// many ready tasks at once, and a failed producer whose 3000 readers are all skipped together.
+// In scopes (another frame than the test's run uses), and without tensors that reach the
+// TensorMap's pools, so the submit path's own growth is still ahead.
+void warm_scheduler(simpler::Worker& w, const simpler::CallableHandle& noop,
+                    const simpler::CallableHandle& boom, std::uint64_t* cell) {
+  w.run([&](simpler::Orchestrator& orch, TaskArgsView, const simpler::CallConfig&) {
+    for (int t = 0; t < 3000; t += 16) {
+      auto scope = orch.scope();
+      for (int i = 0; i < 16; ++i) orch.submit_sub(noop, TaskArgs());
+    }
+  });
+  try {
+    w.run([&](simpler::Orchestrator& orch, TaskArgsView, const simpler::CallConfig&) {
+      auto scope = orch.scope();
+      TaskArgs first;
+      first.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(cell, 1)),
+                       TensorArgType::Output);
+      orch.submit_sub(boom, std::move(first));
+      for (int i = 0; i < 3000; ++i) {
+        TaskArgs a;
+        a.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(cell, 1)), TensorArgType::Input);
+        orch.submit_sub(noop, std::move(a));
+      }
+    });
+  } catch (const simpler::TaskError&) {
+  }
+}
+
+int fail(const char* what, long at) {
+  std::fprintf(stderr, "submit_oom: %s (failure injected at allocation %ld)\n", what, at);
+  return 1;
+}
+
+// How one run with a failure injected at allocation `at` ended.
+struct Attempt {
+  bool fired = false;       // the failure was injected
+  bool run_threw = false;   // run() threw the bad_alloc
+  bool caught = false;      // (swallow) the orchestration caught it from a submit
+  int accepted = 0;         // (swallow) of the 10 submits after, those that did not throw
+  std::uint64_t later = 0;  // (swallow) increments those tasks did
+};
+
+// One run of kTasks submits of kTensors tensors with the failure armed. With `swallow`, the
+// orchestration catches the bad_alloc and submits 10 increments more.
+Attempt attempt(simpler::Worker& w, const simpler::CallableHandle& noop,
+                const simpler::CallableHandle& add, std::vector<std::uint64_t>& buf, long at,
+                bool swallow) {
+  constexpr int kTasks = 3000;
+  constexpr int kTensors = 7;
+  Attempt r;
+  std::vector<std::uint64_t> later(10, 0);
+  t_fired = false;
+  try {
+    w.run([&](simpler::Orchestrator& orch, TaskArgsView, const simpler::CallConfig&) {
+      t_countdown = at;
+      try {
+        for (int t = 0; t < kTasks; ++t) {
+          TaskArgs a;
+          for (int j = 0; j < kTensors; ++j) {
+            const std::size_t b = static_cast<std::size_t>(t * kTensors + j) * 3 % buf.size();
+            a.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(buf.data() + b, 1)),
+                         j == 0 ? TensorArgType::InOut : TensorArgType::Input);
+          }
+          orch.submit_sub(noop, std::move(a));
+        }
+      } catch (const std::bad_alloc&) {
+        t_countdown = -1;
+        if (!swallow) throw;
+        r.caught = true;
+      }
+      t_countdown = -1;
+      if (!swallow) return;
+      for (std::uint64_t& c : later) {
+        TaskArgs a;
+        a.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(&c, 1)), TensorArgType::InOut);
+        orch.submit_sub(add, std::move(a));
+        ++r.accepted;
+      }
+    });
+  } catch (const std::bad_alloc&) {
+    r.run_threw = true;
+  }
+  t_countdown = -1;
+  r.fired = t_fired;
+  for (std::uint64_t c : later) r.later += c;
+  return r;
+}
+
+int run_all() {
+  std::vector<std::uint64_t> buf(100'000);
+  int threw = 0;       // run() threw the bad_alloc
+  int absorbed = 0;    // a retirement met the failure; the run completed
+  int given_back = 0;  // (swallow) the submit failed before its task took part: nothing changed
+  int failed_run = 0;  // (swallow) it failed after: the run failed and refused what came later
+  Watchdog watchdog;
+  for (long at = 0;; ++at) {
+    if (at > 5000) return fail("the runs never stopped allocating", at);
+    bool fired = false;
+    for (const bool swallow : {false, true}) {
+      watchdog.at(at * 2 + (swallow ? 1 : 0));
+      simpler::WorkerOptions o;
+      o.num_sub_workers = 2;
+      o.child_mode = simpler::ChildMode::Thread;
+      o.hazards = simpler::Hazards::All;
+      simpler::Worker w(o);
+      const auto noop = w.register_sub("noop", [](TaskArgsView) {});
+      const auto add =
+          w.register_sub("add", [](TaskArgsView v) { *v.tensors[0].as<std::uint64_t>() += 1; });
+      const auto boom =
+          w.register_sub("boom", [](TaskArgsView) { throw std::runtime_error("boom"); });
+      w.init();
+      warm_scheduler(w, noop, boom, buf.data());
+      const Attempt r = attempt(w, noop, add, buf, at, swallow);
+      if (!r.fired) {
+        if (r.run_threw || r.caught) return fail("bad_alloc without an injected failure", at);
+        if (swallow && r.later != 10) return fail("a clean run lost increments", at);
+        continue;
+      }
+      fired = true;
+      if (!swallow) {
+        (r.run_threw ? threw : absorbed) += 1;
+      } else if (!r.caught) {
+        if (r.run_threw || r.later != 10)
+          return fail("a run whose retirement met the failure did not complete", at);
+      } else if (r.run_threw) {
+        // The submit failed after its task took part: the run failed, and refused what came
+        // later with the same error.
+        if (r.accepted != 0 || r.later != 0)
+          return fail("a failed run still took submits after the failure", at);
+        ++failed_run;
+      } else {
+        // It failed before: nothing had changed, so the run went on and ran what came later.
+        if (r.accepted != 10 || r.later != 10)
+          return fail("a run that went on lost increments", at);
+        ++given_back;
+      }
+      // The Worker goes on: a chain of 100 read-modify-writes over 8 counters.
+      std::vector<std::uint64_t> counters(8, 0);
+      w.run([&](simpler::Orchestrator& orch, TaskArgsView, const simpler::CallConfig&) {
+        for (int t = 0; t < 100; ++t) {
+          TaskArgs a;
+          a.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(counters.data() + t % 8, 1)),
+                       TensorArgType::InOut);
+          orch.submit_sub(add, std::move(a));
+        }
+      });
+      for (std::size_t i = 0; i < counters.size(); ++i) {
+        if (counters[i] != (i < 4 ? 13U : 12U))
+          return fail("the next run computed a wrong count", at);
+      }
+    }
+    if (!fired) break;  // the runs made fewer allocations than `at`: every point was tried
+  }
+  std::printf(
+      "submit_oom: %d runs failed with bad_alloc, %d absorbed it in a retirement; swallowed: %d "
+      "submits gave their slot back, %d failed the run\n",
+      threw, absorbed, given_back, failed_run);
+  // Every way must have been taken, or the test no longer reaches what it was written for.
+  if (threw < 20) return fail("fewer than 20 submits failed: the injection misses them", -1);
+  if (absorbed < 1) return fail("no retirement met a failure", -1);
+  if (given_back < 1 || failed_run < 1) return fail("a swallowed failure took only one way", -1);
+  return 0;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return run_all();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "submit_oom: unexpected exception: %s\n", e.what());
+    return 1;
+  }
+}
