@@ -1,5 +1,5 @@
-// The helper the process tests (netns, MPI faults) run commands with: its watchdog snapshot, and
-// what it reports when the OS will not let it wait for the command.
+// The helpers the process tests run commands and forked children with: run_command's watchdog
+// snapshot, and what it and wait_child report when the OS will not let them wait.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -10,6 +10,7 @@
 #include <chrono>
 #include <string>
 
+#include "support/child_wait.hpp"
 #include "support/commands.hpp"
 #include "support/trace_files.hpp"
 
@@ -90,6 +91,60 @@ TEST_CASE("run_command reports a command it could not wait for as failed", "[har
   CHECK_THAT(polled.output, Contains("No child processes"));
   CHECK(asked == 0);  // it ended long before the watchdog
   CHECK(polled.elapsed < 4s);
+}
+
+namespace {
+
+/// A forked child that runs `body` and exits with what it returns.
+template <class Body>
+pid_t fork_child(Body body) {
+  std::fflush(nullptr);  // nothing buffered here is written twice
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) ::_exit(body());
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("wait_child tells an exit, a signal, a deadline and a failed wait apart", "[hardening]") {
+  const ChildExit three = wait_child(fork_child([] { return 3; }), 20s);
+  CHECK(three.exited_with(3));
+  CHECK_FALSE(three.exited_with(0));
+  CHECK(three.describe() == "exited with code 3");
+
+  // SIGKILL: Catch2 handles SIGTERM in this process, and the child inherits its handlers.
+  const auto kill_self = [] {
+    ::raise(SIGKILL);
+    return 0;
+  };
+  const ChildExit killed = wait_child(fork_child(kill_self), 20s);
+  CHECK_FALSE(killed.timed_out);
+  CHECK_FALSE(killed.exited_with(0));
+  CHECK(killed.describe() == fmt::format("killed by signal {}", SIGKILL));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto wait_forever = [] {
+    ::pause();  // until the deadline's SIGKILL
+    return 0;
+  };
+  const ChildExit late = wait_child(fork_child(wait_forever), 200ms);
+  CHECK(late.timed_out);
+  CHECK(late.wait_error == 0);
+  CHECK_FALSE(late.exited_with(0));
+  CHECK(late.describe() == "still running at the deadline: killed");
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+
+  // Reaped by the kernel (SIGCHLD ignored): waitpid fails with ECHILD. That is not a timeout,
+  // and it returns at once instead of waiting out the deadline.
+  const ChildrenReapedByKernel reaped;
+  const auto t1 = std::chrono::steady_clock::now();
+  const ChildExit lost = wait_child(fork_child([] { return 0; }), 20s);
+  CHECK(lost.wait_error == ECHILD);
+  CHECK_FALSE(lost.timed_out);
+  CHECK_FALSE(lost.exited_with(0));
+  CHECK_THAT(lost.describe(), Contains("waitpid failed") && Contains("No child processes"));
+  CHECK(std::chrono::steady_clock::now() - t1 < 10s);
 }
 
 }  // namespace simpler_test_support_commands

@@ -3,7 +3,9 @@
 // The wait sleeps on a pidfd (poll wakes when the child exits), so it costs no polling loop and
 // sees the exit at once; where pidfd_open is refused, it falls back to WNOHANG polls every
 // millisecond. A child still running at the deadline is killed and reaped: the result then says
-// so, and a test that expected an exit fails instead of hanging or leaking the process.
+// so, and a test that expected an exit fails instead of hanging or leaking the process. A waitpid
+// that fails (the child is not ours, or was reaped elsewhere) is reported as that, not as a
+// timeout.
 #pragma once
 
 #include <poll.h>
@@ -14,17 +16,33 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <string>
 #include <thread>
+
+#include <fmt/format.h>
 
 namespace simpler::testing {
 
 struct ChildExit {
   bool timed_out = false;  ///< still running at the deadline: killed and reaped
-  int status = 0;          ///< waitpid's status
+  int wait_error = 0;      ///< errno of a waitpid that failed (not our child, reaped elsewhere)
+  int status = 0;          ///< waitpid's status (valid when neither of the above)
 
-  /// Exited normally with `code` (not killed, and not at the deadline).
+  /// Exited normally with `code` (not killed, not at the deadline, and waited for).
   [[nodiscard]] bool exited_with(int code) const noexcept {
-    return !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == code;
+    return !timed_out && wait_error == 0 && WIFEXITED(status) && WEXITSTATUS(status) == code;
+  }
+  /// How it ended, for a failing test's message.
+  [[nodiscard]] std::string describe() const {
+    if (wait_error != 0) {
+      return fmt::format("could not wait for the child: waitpid failed: {}",
+                         std::strerror(wait_error));
+    }
+    if (timed_out) return "still running at the deadline: killed";
+    if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) return fmt::format("killed by signal {}", WTERMSIG(status));
+    return fmt::format("ended with wait status {:#x}", status);
   }
 };
 
@@ -37,7 +55,7 @@ inline ChildExit wait_child(pid_t pid, std::chrono::milliseconds timeout) {
     const pid_t got = ::waitpid(pid, &r.status, WNOHANG);
     if (got == pid) break;
     if (got < 0 && errno != EINTR) {  // not our child, or already reaped: nothing to wait for
-      r.timed_out = true;
+      r.wait_error = errno;
       break;
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
