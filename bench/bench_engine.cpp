@@ -14,6 +14,9 @@
 // - engine: a Worker with 2 thread sub workers (Hazards::All: write-after-read is ordered too),
 //   initialised once; one repetition is one Worker::run (submission + execution + drain).
 //   Graphs bigger than scope_threshold tasks are submitted in Orchestrator scopes.
+//   Scenario b adds engine_submit_only and engine_run_only: the chain with its first task held
+//   until the whole chain is submitted, each timing one half (GatedChain), and the ratio of the
+//   chain to their sum (how much the two sides slow each other down in lock-step).
 // - libgomp: `omp parallel num_threads(2)` + `omp single` creating the same graph with
 //   `omp task` and `depend` clauses, ending in a taskwait (omp_workloads.hpp, built by g++).
 // - libomp: the same source built by clang against LLVM's libomp, run in the helper process
@@ -127,7 +130,9 @@ struct Engine {
   CallableHandle copy;       // t1[0] = t0[0]
   CallableHandle sum;        // *int64(t1) = sum of t0 (int32)
   CallableHandle dag;        // t2 = dag_step(t0, t1, t2), uint64 each (scenario d)
+  CallableHandle gate;       // waits for gate_open, then ++t0[0] (scenario b's split)
   std::atomic<std::uint64_t> counted{0};
+  std::atomic<int> gate_open{0};
 
   static simpler::WorkerOptions options(int sub_workers) {
     simpler::WorkerOptions o;
@@ -161,6 +166,10 @@ struct Engine {
       auto* io = v.tensors[2].as<std::uint64_t>();
       *io = sb::dag_step(*v.tensors[0].as<const std::uint64_t>(),
                          *v.tensors[1].as<const std::uint64_t>(), *io);
+    });
+    gate = w.register_sub("gate", [this](TaskArgsView v) {
+      gate_open.wait(0);  // opened by the orchestration however it ends (GatedChain)
+      ++*v.tensors[0].as<std::int32_t>();
     });
     w.init();
   }
@@ -255,6 +264,70 @@ sb::Contender engine_chain(Engine& e, std::uint32_t n) {
         return ns;
       },
       static_cast<double>(n)};
+}
+
+/// Scenario b split in two: the chain's first task waits until the orchestration has submitted
+/// the whole chain, so submitting (against producers that have not run) and running (the lanes
+/// following links the Orchestrator made long before) are timed apart. Their sum against the
+/// plain chain shows what the two sides cost each other when they go in lock-step: each submit
+/// then links to the task a lane has just started, and each hop waits for the next submit.
+struct GatedChain {
+  Engine& e;
+  std::uint32_t n;
+  std::vector<std::int32_t> x = std::vector<std::int32_t>(1, 0);
+  double submit_ns = 0;  // last run: from the first submit to the last
+  double exec_ns = 0;    // last run: from opening the gate to run() returning
+
+  void run() {
+    x[0] = 0;
+    e.gate_open.store(0);
+    std::int64_t submitted_at = 0;
+    std::int64_t t0 = 0;
+    e.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      // The gate opens however the orchestration ends, so a throwing submit cannot leave the
+      // first task waiting.
+      struct Open {
+        std::atomic<int>& flag;
+        ~Open() {
+          flag.store(1);
+          flag.notify_all();
+        }
+      } open{e.gate_open};
+      const ContinuousTensor t = tensor_of(x.data(), 1);
+      t0 = sb::now_ns();
+      o.submit_sub(e.gate, TaskArgs().add_tensor(t, TensorArgType::InOut));
+      for (std::uint32_t i = 1; i < n; ++i) {
+        o.submit_sub(e.increment, TaskArgs().add_tensor(t, TensorArgType::InOut));
+      }
+      submitted_at = sb::now_ns();
+    });
+    const std::int64_t done = sb::now_ns();
+    if (x[0] != static_cast<std::int32_t>(n)) {
+      fail(fmt::format("b (gated engine): counter = {} after the chain, expected {}", x[0], n));
+    }
+    if (const auto live = e.w.orchestrator().live_tasks(); live != 0) {
+      fail(fmt::format("b (gated engine): {} tasks still live after Worker::run returned", live));
+    }
+    submit_ns = static_cast<double>(submitted_at - t0);
+    exec_ns = static_cast<double>(done - submitted_at);
+  }
+};
+
+/// The two halves of GatedChain as contenders (each runs the gated chain and reports its half).
+std::vector<sb::Contender> engine_chain_split(Engine& e, std::uint32_t n) {
+  auto g = std::make_shared<GatedChain>(GatedChain{e, n});
+  return {{"engine_submit_only",
+           [g] {
+             g->run();
+             return g->submit_ns;
+           },
+           static_cast<double>(n)},
+          {"engine_run_only",
+           [g] {
+             g->run();
+             return g->exec_ns;
+           },
+           static_cast<double>(n)}};
 }
 
 /// State of one fan-out/fan-in contender: X, the readers' slots, the final result.
@@ -616,7 +689,7 @@ void peer_ratios(const sb::Report& rep, const std::string& sc,
   const sb::Row* engine = rep.find(sc, "engine");
   const sb::Row* best = nullptr;
   for (const sb::Contender& c : cs) {
-    if (c.name == "engine") continue;
+    if (c.name.starts_with("engine")) continue;  // the engine's own variants are not peers
     rep.ratio(sc, "engine", c.name);
     const sb::Row* r = rep.find(sc, c.name);
     if (r != nullptr && (best == nullptr || r->stats.median < best->stats.median)) best = r;
@@ -743,9 +816,27 @@ int run(int argc, char** argv) {
     rep.section(fmt::format("b: chain of {} tasks, InOut on one tensor (target <= 60 ns/hop)",
                             count_label(n)));
     std::vector<sb::Contender> cs{engine_chain(e, n)};
+    // The gated chain holds every task at once: only while the window allows it.
+    const bool split = n < Engine::options(2).task_window;
+    if (split) {
+      for (sb::Contender& c : engine_chain_split(e, n)) cs.push_back(std::move(c));
+    }
     peers.add(cs, {Work::Chain, n, 2, nullptr, "b"});
     sb::run_scenario(rep, sc, "ns/hop", cs);
     peer_ratios(rep, sc, cs);
+    const sb::Row* whole = rep.find(sc, "engine");
+    const sb::Row* sub = rep.find(sc, "engine_submit_only");
+    const sb::Row* ran = rep.find(sc, "engine_run_only");
+    if (whole != nullptr && sub != nullptr && ran != nullptr) {
+      const double parts = sub->stats.median + ran->stats.median;
+      if (parts > 0) {
+        rep.note(
+            "b: the chain against its halves timed apart (submitting with nothing running, then "
+            "running what was submitted); above 1, the two sides slow each other down");
+        rep.ratio_value(sc, "engine/(submit_only+run_only)", whole->stats.median / parts,
+                        std::min({whole->stats.reps, sub->stats.reps, ran->stats.reps}));
+      }
+    }
   }
   // c: fan-out / fan-in, small and big.
   std::string fan_scenarios[2];
