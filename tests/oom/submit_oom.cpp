@@ -17,6 +17,7 @@
 // with a message otherwise.
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -136,6 +137,15 @@ int fail(const char* what, long at) {
   return 1;
 }
 
+// Waits until `steps` reaches `n` (the tasks of the run so far ran), for up to 30 s; the
+// watchdog reports a run that stops making progress.
+void settle(const std::atomic<long>& steps, long n) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (steps.load() < n && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 // How one run with a failure injected at allocation `at` ended.
 struct Attempt {
   bool fired = false;       // the failure was injected
@@ -147,12 +157,14 @@ struct Attempt {
 
 // One run of kTasks submits of kTensors tensors with the failure armed. With `swallow`, the
 // orchestration catches the bad_alloc and submits 10 increments more.
-Attempt attempt(simpler::Worker& w, const simpler::CallableHandle& noop,
+Attempt attempt(simpler::Worker& w, const simpler::CallableHandle& step, std::atomic<long>& steps,
                 const simpler::CallableHandle& add, std::vector<std::uint64_t>& buf, long at,
                 bool swallow) {
   constexpr int kTasks = 3000;
   constexpr int kTensors = 7;
+  constexpr int kSettleEvery = 250;
   Attempt r;
+  steps = 0;
   std::vector<std::uint64_t> later(10, 0);
   t_fired = false;
   try {
@@ -166,7 +178,17 @@ Attempt attempt(simpler::Worker& w, const simpler::CallableHandle& noop,
             a.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(buf.data() + b, 1)),
                          j == 0 ? TensorArgType::InOut : TensorArgType::Input);
           }
-          orch.submit_sub(noop, std::move(a));
+          orch.submit_sub(step, std::move(a));
+          if (t % kSettleEvery == kSettleEvery - 1) {
+            // Disarmed meanwhile: let every task submitted so far finish, so the submits after
+            // retire them (and their TensorMap entries) however loaded the machine is. Without
+            // this, lanes that lag behind the submits under load (ctest -j2) left no
+            // retirement inside the armed submits, and no failure was ever absorbed.
+            const long armed = t_countdown;
+            t_countdown = -1;
+            settle(steps, t + 1);
+            t_countdown = armed;
+          }
         }
       } catch (const std::bad_alloc&) {
         t_countdown = -1;
@@ -209,13 +231,15 @@ int run_all() {
       o.hazards = simpler::Hazards::All;
       simpler::Worker w(o);
       const auto noop = w.register_sub("noop", [](TaskArgsView) {});
+      std::atomic<long> steps{0};
+      const auto step = w.register_sub("step", [&steps](TaskArgsView) { steps.fetch_add(1); });
       const auto add =
           w.register_sub("add", [](TaskArgsView v) { *v.tensors[0].as<std::uint64_t>() += 1; });
       const auto boom =
           w.register_sub("boom", [](TaskArgsView) { throw std::runtime_error("boom"); });
       w.init();
       warm_scheduler(w, noop, boom, buf.data());
-      const Attempt r = attempt(w, noop, add, buf, at, swallow);
+      const Attempt r = attempt(w, step, steps, add, buf, at, swallow);
       if (!r.fired) {
         if (r.run_threw || r.caught) return fail("bad_alloc without an injected failure", at);
         if (swallow && r.later != 10) return fail("a clean run lost increments", at);
