@@ -581,4 +581,38 @@ TEST_CASE("an idle forked child's lane runs the scheduler's pass too",
   CHECK(lane_passes() > 0);
 }
 
+// A lane runs the successors its completions make ready itself, one after another, counted in
+// EngineCore::lane_local so that the run's fence waits for them: the scheduler has nothing
+// queued and no lane busy meanwhile. Each successor kept in such a streak takes over the count
+// of the one before it instead of adding its own; run() must still return only after the last.
+TEST_CASE("run() returns only after the last task of a chain its lane ran itself", "[engine]") {
+  WorkerOptions o;
+  o.num_sub_workers = 2;
+  o.child_mode = ChildMode::Thread;
+  Worker w(o);
+  std::atomic<int> ran{0};
+  const CallableHandle step = w.register_sub("step", [&](TaskArgsView v) {
+    std::this_thread::sleep_for(20us);  // the orchestration is well ahead: the lane keeps each
+    ++*v.tensors[0].as<std::int64_t>();
+    ran.fetch_add(1);
+  });
+  w.init();
+  constexpr int kTasks = 200;
+  for (int rep = 0; rep < 5; ++rep) {
+    ran = 0;
+    std::int64_t x = 0;
+    const std::uint64_t submitted_before = w.stats().tasks_submitted;
+    w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+      for (int i = 0; i < kTasks; ++i) {
+        orch.submit_sub(step, TaskArgs().add_tensor(cell(x), TensorArgType::InOut));
+      }
+    });
+    INFO("repetition " << rep);
+    CHECK(ran.load() == kTasks);
+    CHECK(x == kTasks);
+    CHECK(w.orchestrator().live_tasks() == 0);
+    CHECK(w.stats().tasks_submitted - submitted_before == kTasks);
+  }
+}
+
 }  // namespace simpler_test_engine_driving
