@@ -25,10 +25,12 @@
 #include <mutex>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "simpler/simpler.hpp"
+#include "support/gate.hpp"
 
 namespace {
 thread_local long t_countdown = -1;  // allocations left before the failure (-1: disarmed)
@@ -137,12 +139,19 @@ int fail(const char* what, long at) {
   return 1;
 }
 
-// Waits until `steps` reaches `n` (the tasks of the run so far ran), for up to 30 s; the
-// watchdog reports a run that stops making progress.
+// Waits until `steps` reaches `n` (the tasks of the run so far ran), sleeping between looks so
+// the lanes have the cores. Throws (the program fails) when they have not run in 30 s.
 void settle(const std::atomic<long>& steps, long n) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (steps.load() < n && std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  const bool ran = simpler::testing::eventually(
+      [&] {
+        if (steps.load() >= n) return true;
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        return false;
+      },
+      std::chrono::seconds(30));
+  if (!ran) {
+    throw std::runtime_error("only " + std::to_string(steps.load()) + " of the " +
+                             std::to_string(n) + " tasks submitted so far ran within 30 s");
   }
 }
 
