@@ -46,27 +46,27 @@ struct ChildExit {
   }
 };
 
-/// Waits until `pid` (a child of this process) ends or `timeout` passes; kills it then.
-inline ChildExit wait_child(pid_t pid, std::chrono::milliseconds timeout) {
-  ChildExit r;
-  const auto end = std::chrono::steady_clock::now() + timeout;
+/// Waits until `pid` (a child of this process) ends or `deadline` passes, and leaves it running
+/// then. True when the wait is over: the child was reaped (`status` holds how it ended) or cannot
+/// be waited for (`wait_error` holds waitpid's errno); false at the deadline.
+inline bool await_exit(pid_t pid, std::chrono::steady_clock::time_point deadline, int& status,
+                       int& wait_error) {
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  bool over = false;
   for (;;) {
-    const pid_t got = ::waitpid(pid, &r.status, WNOHANG);
-    if (got == pid) break;
+    const pid_t got = ::waitpid(pid, &status, WNOHANG);
+    if (got == pid) {
+      over = true;
+      break;
+    }
     if (got < 0 && errno != EINTR) {  // not our child, or already reaped: nothing to wait for
-      r.wait_error = errno;
+      wait_error = errno;
+      over = true;
       break;
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        end - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      ::kill(pid, SIGKILL);
-      while (::waitpid(pid, &r.status, 0) < 0 && errno == EINTR) {
-      }
-      r.timed_out = true;
-      break;
-    }
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
     if (fd >= 0) {
       pollfd p{fd, POLLIN, 0};
       ::poll(&p, 1, static_cast<int>(left.count()) + 1);
@@ -75,6 +75,18 @@ inline ChildExit wait_child(pid_t pid, std::chrono::milliseconds timeout) {
     }
   }
   if (fd >= 0) ::close(fd);
+  return over;
+}
+
+/// Waits until `pid` (a child of this process) ends or `timeout` passes; kills it then.
+inline ChildExit wait_child(pid_t pid, std::chrono::milliseconds timeout) {
+  ChildExit r;
+  if (!await_exit(pid, std::chrono::steady_clock::now() + timeout, r.status, r.wait_error)) {
+    ::kill(pid, SIGKILL);
+    while (::waitpid(pid, &r.status, 0) < 0 && errno == EINTR) {
+    }
+    r.timed_out = true;
+  }
   return r;
 }
 

@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/child_wait.hpp"
+
 extern char** environ;
 
 namespace simpler::testing {
@@ -134,17 +136,9 @@ inline CommandResult run_command(std::vector<std::string> argv, const std::strin
   int wait_error = 0;  // errno of a waitpid that failed for another reason than a signal
   bool ended = false;
   if (options.before_watchdog) {
-    // Poll (the command's own timer is the watchdog; a missed poll only delays the snapshot).
+    // Sleeps on the child's exit until a second before the watchdog (the command's own timer).
     const auto snapshot_at = start + std::chrono::seconds(std::max(options.seconds - 1, 0));
-    while (!ended && std::chrono::steady_clock::now() < snapshot_at) {
-      const pid_t got = ::waitpid(pid, &status, WNOHANG);
-      if (got < 0 && errno != EINTR) wait_error = errno;
-      if (got == pid || wait_error != 0) {
-        ended = true;
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
+    ended = await_exit(pid, snapshot_at, status, wait_error);
     if (!ended) r.overdue = options.before_watchdog();
   }
   while (!ended) {
