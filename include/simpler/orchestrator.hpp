@@ -158,6 +158,19 @@ class OrchestratorBase {
   SubmitResult submit(detail::Role role, const CallableHandle& callable,
                       std::span<const TaskArgs> members, const CallConfig& config,
                       std::span<const WorkerId> targets, const char* api);
+  // The parts of a submit after its slot is taken; each may throw (see abandon_submit).
+  /// The task's callable, arguments, targets and config into its slot.
+  void fill_slot(detail::Slot& s, detail::Role role, const detail::CallableRegistry::Entry& entry,
+                 const CallableHandle& callable, std::span<const TaskArgs> members,
+                 const CallConfig& config, bool custom_config, std::span<const WorkerId> targets);
+  /// Addresses in `heap` for the task's auto-allocated outputs, in argument order, also
+  /// returned in `result`.
+  void place_outputs(detail::Slot& s, std::span<const TaskArgs> members, int ring,
+                     const detail::HeapRing::Allocation& heap, SubmitResult& result);
+  /// The task's tensors through the TensorMap: the producers it waits for (scratch_producers_,
+  /// for infer_and_wire) and the ranges it writes (s.outputs). `auto_outputs`: it has some.
+  void track_tensors(detail::Slot& s, std::span<const TaskArgs> members, bool auto_outputs,
+                     bool traced);
   void check_open(const char* api) const;
   /// A submit threw after taking its slot: gives the slot back, or (once it is in the frame)
   /// fails the run and publishes the task poisoned. In the submit's catch.

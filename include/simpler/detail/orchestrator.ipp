@@ -399,63 +399,8 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   bool in_frame = false;
   SubmitResult result;
   try {
-    s.role = role;
-    s.callable_kind = entry.kind;
-    s.callable_index = callable.index;
-    s.digest = callable.digest;
-    s.run_id = core_.run.id();
-    s.group_size = static_cast<std::uint32_t>(members.size());
-    s.members.clear();
-    if (members.size() == 1) {
-      // A single task: its target in the slot, its arguments all of tensors and scalars.
-      s.target0 = targets.empty() ? any_worker : targets[0];
-      const TaskArgsView v = members[0].view();
-      s.tensors.assign(v.tensors, static_cast<std::size_t>(v.tensor_count));
-      s.scalars.assign(v.scalars, static_cast<std::size_t>(v.scalar_count));
-    } else {
-      s.target0 = any_worker;
-      s.tensors.clear();
-      s.scalars.clear();
-      for (std::size_t m = 0; m < members.size(); ++m) {
-        s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
-                             static_cast<std::uint32_t>(s.scalars.size()),
-                             targets.empty() ? any_worker : targets[m]});
-        const TaskArgsView v = members[m].view();
-        for (std::int32_t i = 0; i < v.tensor_count; ++i) s.tensors.push_back(v.tensors[i]);
-        for (std::int32_t i = 0; i < v.scalar_count; ++i) s.scalars.push_back(v.scalars[i]);
-      }
-      s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
-                           static_cast<std::uint32_t>(s.scalars.size()), any_worker});
-    }
-    s.has_config = custom_config;
-    s.timeout_ms =
-        detail::clamp_ms(config.timeout.count() > 0 ? config.timeout : core_.timing.task_timeout);
-    if (s.timeout_ms != 0 && !core_.task_timeouts_seen.load(std::memory_order_relaxed)) [[unlikely]]
-      core_.task_timeouts_seen.store(true, std::memory_order_relaxed);  // published with the task
-    if (custom_config) {
-      if (!s.config) s.config = std::make_unique<CallConfig>();
-      *s.config = config;
-    }
-
-    if (heap) {
-      s.heap_ring = static_cast<std::int8_t>(ring);
-      s.heap_seq = heap->seq;
-      heaps_[ring].set_owner(heap->seq, s.id);
-      std::byte* p = heaps_[ring].base() + heap->offset;
-      std::size_t k = 0;
-      for (std::size_t m = 0; m < members.size(); ++m) {
-        const TaskArgs& a = members[m];
-        for (std::int32_t i = 0; i < a.tensor_count(); ++i, ++k) {
-          ContinuousTensor& t = s.tensors[k];
-          if (a.tag(i) == TensorArgType::Output && t.data == 0) {
-            t.data = reinterpret_cast<std::uintptr_t>(p);
-            p += detail::HeapRing::round_up(t.nbytes());
-            result.outputs.push_back(t);
-          }
-        }
-      }
-    }
-
+    fill_slot(s, role, entry, callable, members, config, custom_config, targets);
+    if (heap) place_outputs(s, members, ring, *heap, result);
     // Two references: the task's own (dropped when it ends) and its scope's.
     s.refs.store(2, std::memory_order_relaxed);
     s.pending.store(1, std::memory_order_relaxed);  // held while wiring
@@ -471,71 +416,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
       trace_reads_.clear();
       trace_orders_.clear();
     }
-
-    // Tags of each member, walked in step with the stored tensors.
-    scratch_producers_.clear();
-    std::size_t k = 0;
-    for (std::size_t m = 0; m < members.size(); ++m) {
-      const TaskArgs& a = members[m];
-      const WorkerId target = s.target(m);
-      for (std::int32_t i = 0; i < a.tensor_count(); ++i, ++k) {
-        // The caller's copy, not the slot's: the slot's lines were just written over a copy that
-        // the core which ran the slot's last task read, and reading them back here stalled on it.
-        // Only an auto-allocated output's address is the slot's alone.
-        const ContinuousTensor& t = a.tensor(i);
-        const TensorArgType tag = a.tag(i);
-        const std::uint64_t bytes = t.nbytes();
-        const std::uint64_t data =
-            heap && tag == TensorArgType::Output && t.data == 0 ? s.tensors[k].data : t.data;
-        if (data == 0 || bytes == 0 || tag == TensorArgType::NoDep) continue;
-        const std::uint64_t space = detail::space_of(t, target);
-        const std::uint64_t begin = data;
-        const std::uint64_t end = data + bytes;
-        if (tag == TensorArgType::Input || tag == TensorArgType::InOut) {
-          if (traced) [[unlikely]]
-            trace_reads(space, begin, end, s.id);
-        }
-        // Producers go to scratch_producers_ as (slot << 1) | order_only.
-        const auto reads_from = [&](TaskSlot p) {
-          if (p != s.id) scratch_producers_.push_back(p << 1);
-        };
-        if (hazards_ == Hazards::All) {
-          if (tag == TensorArgType::Input) {
-            tmap_.add_reader(space, begin, end, {s.id, s.gen}, reads_from,
-                             [this](const detail::TensorReader& r) { return reader_live(r); });
-            continue;
-          }
-          // A writer: after the earlier writer (whose bytes an InOut reads; the others only
-          // overwrite them) and after the readers since.
-          const TaskSlot writer_bit = tag == TensorArgType::InOut ? 0U : 1U;
-          tmap_.insert(
-              space, begin, end, s.id,
-              [&](TaskSlot p) {
-                if (p == s.id) return;
-                scratch_producers_.push_back((p << 1) | writer_bit);
-                if (traced && writer_bit != 0) [[unlikely]]
-                  trace_orders_.push_back(p);
-              },
-              [&](const detail::TensorReader& r) {
-                if (r.slot == s.id || core_.pool.at(r.slot).gen != r.gen) return;
-                // The graph names a reader that already finished too: it is the program's order.
-                if (traced) [[unlikely]]
-                  trace_orders_.push_back(r.slot);
-                if (reader_live(r)) scratch_producers_.push_back((r.slot << 1) | 1U);
-              });
-        } else {
-          if (tag == TensorArgType::Input || tag == TensorArgType::InOut)
-            tmap_.lookup(space, begin, end, reads_from);
-          if (tag == TensorArgType::Input) continue;
-          tmap_.insert(space, begin, end, s.id);
-        }
-        s.outputs.push_back({space, begin, end});
-      }
-    }
-    // Only writer-less segments go stale (a writer takes its own out at retire): sweep once as many
-    // were made as the map held after the last sweep, so sweeping costs O(1) per segment made.
-    if (tmap_.writerless_made() > tmap_sweep_at_) [[unlikely]]
-      sweep_tensor_map();
+    track_tensors(s, members, heap.has_value(), traced);
     infer_and_wire(s);
     // The heap owners' references go with the task: it drops them when it ends.
     s.holds.clear();
@@ -558,6 +439,139 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     if (!core_.retire_inbox.empty()) drain_retired();
   }
   return result;
+}
+
+inline void OrchestratorBase::fill_slot(Slot& s, Role role,
+                                        const detail::CallableRegistry::Entry& entry,
+                                        const CallableHandle& callable,
+                                        std::span<const TaskArgs> members, const CallConfig& config,
+                                        bool custom_config, std::span<const WorkerId> targets) {
+  s.role = role;
+  s.callable_kind = entry.kind;
+  s.callable_index = callable.index;
+  s.digest = callable.digest;
+  s.run_id = core_.run.id();
+  s.group_size = static_cast<std::uint32_t>(members.size());
+  s.members.clear();
+  if (members.size() == 1) {
+    // A single task: its target in the slot, its arguments all of tensors and scalars.
+    s.target0 = targets.empty() ? any_worker : targets[0];
+    const TaskArgsView v = members[0].view();
+    s.tensors.assign(v.tensors, static_cast<std::size_t>(v.tensor_count));
+    s.scalars.assign(v.scalars, static_cast<std::size_t>(v.scalar_count));
+  } else {
+    s.target0 = any_worker;
+    s.tensors.clear();
+    s.scalars.clear();
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
+                           static_cast<std::uint32_t>(s.scalars.size()),
+                           targets.empty() ? any_worker : targets[m]});
+      const TaskArgsView v = members[m].view();
+      for (std::int32_t i = 0; i < v.tensor_count; ++i) s.tensors.push_back(v.tensors[i]);
+      for (std::int32_t i = 0; i < v.scalar_count; ++i) s.scalars.push_back(v.scalars[i]);
+    }
+    s.members.push_back({static_cast<std::uint32_t>(s.tensors.size()),
+                         static_cast<std::uint32_t>(s.scalars.size()), any_worker});
+  }
+  s.has_config = custom_config;
+  s.timeout_ms =
+      detail::clamp_ms(config.timeout.count() > 0 ? config.timeout : core_.timing.task_timeout);
+  if (s.timeout_ms != 0 && !core_.task_timeouts_seen.load(std::memory_order_relaxed)) [[unlikely]]
+    core_.task_timeouts_seen.store(true, std::memory_order_relaxed);  // published with the task
+  if (custom_config) {
+    if (!s.config) s.config = std::make_unique<CallConfig>();
+    *s.config = config;
+  }
+}
+
+inline void OrchestratorBase::place_outputs(Slot& s, std::span<const TaskArgs> members, int ring,
+                                            const detail::HeapRing::Allocation& heap,
+                                            SubmitResult& result) {
+  s.heap_ring = static_cast<std::int8_t>(ring);
+  s.heap_seq = heap.seq;
+  heaps_[ring].set_owner(heap.seq, s.id);
+  std::byte* p = heaps_[ring].base() + heap.offset;
+  std::size_t k = 0;
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    const TaskArgs& a = members[m];
+    for (std::int32_t i = 0; i < a.tensor_count(); ++i, ++k) {
+      ContinuousTensor& t = s.tensors[k];
+      if (a.tag(i) == TensorArgType::Output && t.data == 0) {
+        t.data = reinterpret_cast<std::uintptr_t>(p);
+        p += detail::HeapRing::round_up(t.nbytes());
+        result.outputs.push_back(t);
+      }
+    }
+  }
+}
+
+inline void OrchestratorBase::track_tensors(Slot& s, std::span<const TaskArgs> members,
+                                            bool auto_outputs, bool traced) {
+  // Tags of each member, walked in step with the stored tensors.
+  scratch_producers_.clear();
+  std::size_t k = 0;
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    const TaskArgs& a = members[m];
+    const WorkerId target = s.target(m);
+    for (std::int32_t i = 0; i < a.tensor_count(); ++i, ++k) {
+      // The caller's copy, not the slot's: the slot's lines were just written over a copy that
+      // the core which ran the slot's last task read, and reading them back here stalled on it.
+      // Only an auto-allocated output's address is the slot's alone.
+      const ContinuousTensor& t = a.tensor(i);
+      const TensorArgType tag = a.tag(i);
+      const std::uint64_t bytes = t.nbytes();
+      const std::uint64_t data =
+          auto_outputs && tag == TensorArgType::Output && t.data == 0 ? s.tensors[k].data : t.data;
+      if (data == 0 || bytes == 0 || tag == TensorArgType::NoDep) continue;
+      const std::uint64_t space = detail::space_of(t, target);
+      const std::uint64_t begin = data;
+      const std::uint64_t end = data + bytes;
+      if (tag == TensorArgType::Input || tag == TensorArgType::InOut) {
+        if (traced) [[unlikely]]
+          trace_reads(space, begin, end, s.id);
+      }
+      // Producers go to scratch_producers_ as (slot << 1) | order_only.
+      const auto reads_from = [&](TaskSlot p) {
+        if (p != s.id) scratch_producers_.push_back(p << 1);
+      };
+      if (hazards_ == Hazards::All) {
+        if (tag == TensorArgType::Input) {
+          tmap_.add_reader(space, begin, end, {s.id, s.gen}, reads_from,
+                           [this](const detail::TensorReader& r) { return reader_live(r); });
+          continue;
+        }
+        // A writer: after the earlier writer (whose bytes an InOut reads; the others only
+        // overwrite them) and after the readers since.
+        const TaskSlot writer_bit = tag == TensorArgType::InOut ? 0U : 1U;
+        tmap_.insert(
+            space, begin, end, s.id,
+            [&](TaskSlot p) {
+              if (p == s.id) return;
+              scratch_producers_.push_back((p << 1) | writer_bit);
+              if (traced && writer_bit != 0) [[unlikely]]
+                trace_orders_.push_back(p);
+            },
+            [&](const detail::TensorReader& r) {
+              if (r.slot == s.id || core_.pool.at(r.slot).gen != r.gen) return;
+              // The graph names a reader that already finished too: it is the program's order.
+              if (traced) [[unlikely]]
+                trace_orders_.push_back(r.slot);
+              if (reader_live(r)) scratch_producers_.push_back((r.slot << 1) | 1U);
+            });
+      } else {
+        if (tag == TensorArgType::Input || tag == TensorArgType::InOut)
+          tmap_.lookup(space, begin, end, reads_from);
+        if (tag == TensorArgType::Input) continue;
+        tmap_.insert(space, begin, end, s.id);
+      }
+      s.outputs.push_back({space, begin, end});
+    }
+  }
+  // Only writer-less segments go stale (a writer takes its own out at retire): sweep once as many
+  // were made as the map held after the last sweep, so sweeping costs O(1) per segment made.
+  if (tmap_.writerless_made() > tmap_sweep_at_) [[unlikely]]
+    sweep_tensor_map();
 }
 
 inline void OrchestratorBase::abandon_submit(Slot& s, bool in_frame,
