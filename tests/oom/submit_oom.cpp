@@ -13,8 +13,9 @@
 // failed after failed the run (the later submits throw its error, and so does run()). Before the
 // fix a failure after the task took its slot hung the run's fence, and one in a retirement's hole
 // list terminated. A watchdog ends the program (exit 2) when one case makes no progress for 60 s: a
-// hang fails the test with a message instead of waiting for ctest's timeout. Exit 0 on success; 1
-// with a message otherwise.
+// hang fails the test with a message instead of waiting for ctest's timeout. A second sweep
+// (run_passes) reaches the scheduler passes the run's thread runs: their queues growing. Exit 0
+// on success; 1 with a message otherwise.
 #include <unistd.h>
 
 #include <atomic>
@@ -222,6 +223,96 @@ Attempt attempt(simpler::Worker& w, const simpler::CallableHandle& step, std::at
   return r;
 }
 
+// Out of memory in the engine's own work on the run's thread after the submits: a fresh Worker
+// whose threads all sleep queues its first ready tasks in a scheduler pass on the run's thread
+// (Orchestrator::dispatch_published), and the run's fence collects the lanes' results in passes
+// there too. Each run ends with every task it accepted ended: it completes, or throws the
+// bad_alloc (a task no queue could take is skipped, and the run fails). The same Worker then runs
+// a checked program. Before the fix a failed queue growth in a pass terminated the program.
+int run_passes(Watchdog& watchdog) {
+  int completed = 0;  // the failure was absorbed (a retirement) or never mattered
+  int in_engine = 0;  // it failed outside any submit's own work (a pass), and the run with it
+  int in_submit = 0;  // a submit threw it
+  for (long at = 0;; ++at) {
+    if (at > 5000) return fail("the pass runs never stopped allocating", at);
+    watchdog.at(1'000'000 + at);
+    simpler::WorkerOptions o;
+    o.num_sub_workers = 2;
+    o.child_mode = simpler::ChildMode::Thread;
+    simpler::Worker w(o);
+    const auto add =
+        w.register_sub("add", [](TaskArgsView v) { *v.tensors[0].as<std::uint64_t>() += 1; });
+    w.init();
+    // Every engine thread asleep (they spin 20 us after work): the run's thread takes the first
+    // published tasks itself.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::vector<std::uint64_t> cells(4, 0);
+    const auto cell = [&](std::size_t i) {
+      TaskArgs a;
+      a.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(&cells[i], 1)),
+                   TensorArgType::InOut);
+      return a;
+    };
+    bool submitted = false;  // every submit returned
+    bool earlier = false;    // a submit threw a failure that had fired before it was called
+    bool threw = false;
+    t_fired = false;
+    try {
+      w.run([&](simpler::Orchestrator& orch, TaskArgsView, const simpler::CallConfig&) {
+        const auto submit = [&](auto&& call) {
+          const bool fired_before = t_fired;
+          try {
+            call();
+          } catch (const std::bad_alloc&) {
+            // The run had failed already: its error comes back from this submit (check_open).
+            earlier = fired_before;
+            throw;
+          }
+        };
+        t_countdown = at;
+        // A task for any worker, a group, a task for worker 1 (each queue grows on its first
+        // task), and a consumer of the first.
+        submit([&] { orch.submit_sub(add, cell(0)); });
+        submit([&] { orch.submit_sub_group(add, {cell(1), cell(2)}); });
+        submit([&] { orch.submit_sub(add, cell(3), simpler::WorkerId{1}); });
+        submit([&] { orch.submit_sub(add, cell(0)); });
+        submitted = true;
+      });
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    t_countdown = -1;
+    if (!t_fired) break;  // every allocation of the run's thread was tried
+    if (!threw) {
+      if (cells != std::vector<std::uint64_t>{2, 1, 1, 1})
+        return fail("a run that completed computed a wrong count", at);
+      ++completed;
+    } else {
+      (submitted || earlier ? in_engine : in_submit) += 1;
+    }
+    std::vector<std::uint64_t> counters(8, 0);
+    w.run([&](simpler::Orchestrator& orch, TaskArgsView, const simpler::CallConfig&) {
+      for (int t = 0; t < 100; ++t) {
+        TaskArgs a;
+        a.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(counters.data() + t % 8, 1)),
+                     TensorArgType::InOut);
+        orch.submit_sub(add, std::move(a));
+      }
+    });
+    for (std::size_t i = 0; i < counters.size(); ++i) {
+      if (counters[i] != (i < 4 ? 13U : 12U))
+        return fail("the run after a failed pass computed a wrong count", at);
+    }
+  }
+  std::printf(
+      "submit_oom: passes: %d runs completed, %d failed in the engine's work outside a submit, %d "
+      "in a submit\n",
+      completed, in_engine, in_submit);
+  if (in_engine < 1) return fail("no failure reached the engine's work outside a submit", -1);
+  if (in_submit < 1) return fail("no failure reached a submit of the pass runs", -1);
+  return 0;
+}
+
 int run_all() {
   std::vector<std::uint64_t> buf(100'000);
   int threw = 0;       // run() threw the bad_alloc
@@ -297,7 +388,7 @@ int run_all() {
   if (threw < 20) return fail("fewer than 20 submits failed: the injection misses them", -1);
   if (absorbed < 1) return fail("no retirement met a failure", -1);
   if (given_back < 1 || failed_run < 1) return fail("a swallowed failure took only one way", -1);
-  return 0;
+  return run_passes(watchdog);
 }
 
 }  // namespace

@@ -87,11 +87,21 @@ class SchedulerCore {
   EngineCore& core_;
   RoleQueues next_;
   RoleQueues sub_;
-  struct Finished {
-    TaskSlot slot;
-    Outcome outcome;
-  };
-  RingBuffer<Finished> worklist_;
+  /// Tasks that ended here (skipped, failed before they ran, a group's last member), to be
+  /// completed by drain_worklist: a FIFO linked through Slot::next, with each task's outcome in
+  /// Slot::group_outcome. Intrusive, so ending a task never allocates: a pass cannot fail.
+  Slot* work_head_ = nullptr;
+  Slot* work_tail_ = nullptr;
+  void finish(Slot& s, Outcome o) noexcept {
+    s.group_outcome = o;
+    s.next = nullptr;
+    (work_tail_ != nullptr ? work_tail_->next : work_head_) = &s;
+    work_tail_ = &s;
+  }
+  /// A ready task that no queue could take (out of memory growing it): the run fails with that
+  /// bad_alloc, as when a submit fails after placing its task, and the task is skipped. Call
+  /// from the catch block.
+  void unqueueable(TaskSlot slot) noexcept;
   std::uint32_t busy_lanes_ = 0;
   std::uint32_t timed_total_ = 0;  ///< watched posted tasks, over all lanes
   std::chrono::steady_clock::time_point next_check_ = std::chrono::steady_clock::time_point::max();

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <exception>
+#include <new>
 #include <thread>
 
 #include "simpler/detail/scheduler_core.hpp"
@@ -258,18 +260,22 @@ inline void SchedulerCore::abandon(LaneCore& l) {
 // every member has ended, with its first failure.
 inline void SchedulerCore::end_member(Slot& s, Outcome o) {
   if (!s.is_group()) {
-    worklist_.push_back({s.id, o});
+    finish(s, o);
     return;
   }
   if (o != Outcome::Success && s.group_outcome == Outcome::Success) s.group_outcome = o;
-  if (++s.members_done == s.group_size) worklist_.push_back({s.id, s.group_outcome});
+  if (++s.members_done == s.group_size) finish(s, s.group_outcome);
 }
 
 inline void SchedulerCore::fail_lost(Slot& s, const LaneCore& lane) {
-  core_.fail_run(Outcome::EndpointFailure, lane.name, core_.callable_name(s),
-                 "this worker is lost: an earlier task on it passed its deadline and its thread "
-                 "did not return");
-  worklist_.push_back({s.id, Outcome::EndpointFailure});
+  try {
+    core_.fail_run(Outcome::EndpointFailure, lane.name, core_.callable_name(s),
+                   "this worker is lost: an earlier task on it passed its deadline and its thread "
+                   "did not return");
+  } catch (...) {  // out of memory for the message: the run still fails
+    core_.run.fail(std::current_exception());
+  }
+  finish(s, Outcome::EndpointFailure);
 }
 
 inline void SchedulerCore::take_inbox() {
@@ -317,7 +323,7 @@ inline void SchedulerCore::collect_results(LaneCore& l) {
 inline void SchedulerCore::became_ready(Slot& s) {
   s.state.store(TaskState::Ready, std::memory_order_relaxed);
   if (s.poisoned.load(std::memory_order_relaxed) || core_.run.cancelled()) {
-    worklist_.push_back({s.id, Outcome::Skipped});
+    finish(s, Outcome::Skipped);
     return;
   }
   route(s);
@@ -326,7 +332,7 @@ inline void SchedulerCore::became_ready(Slot& s) {
 // The Orchestrator stored Ready already, and the slot is not read: see ReadyRing.
 inline void SchedulerCore::became_ready(const ReadyRecord& r) {
   if (core_.run.cancelled()) {
-    worklist_.push_back({r.slot, Outcome::Skipped});
+    finish(core_.pool.at(r.slot), Outcome::Skipped);
     return;
   }
   route_single(r.slot, r.role, r.kind, r.target);
@@ -338,35 +344,56 @@ inline void SchedulerCore::route(Slot& s) {
     return;
   }
   RoleQueues& q = s.role == Role::Sub ? sub_ : next_;
+  try {
+    q.groups.push_back(s.id);
+  } catch (const std::bad_alloc&) {
+    unqueueable(s.id);
+    return;
+  }
   ++routed_;
   ++queued_;
-  q.groups.push_back(s.id);
 }
 
 inline void SchedulerCore::route_single(TaskSlot slot, Role role, CallableKind kind,
                                         WorkerId target) {
   RoleQueues& q = role == Role::Sub ? sub_ : next_;
+  // Queues grow by doubling and never shrink: only a run with more ready tasks than ever before
+  // allocates here.
+  try {
+    if (target == any_worker) {
+      q.any[static_cast<std::size_t>(kind)].push_back(slot);
+    } else {
+      q.directed[static_cast<std::size_t>(target)].push_back(slot);
+    }
+  } catch (const std::bad_alloc&) {
+    unqueueable(slot);
+    return;
+  }
   ++routed_;
   ++queued_;
-  if (target == any_worker) {
-    q.any[static_cast<std::size_t>(kind)].push_back(slot);
-  } else {
-    q.directed[static_cast<std::size_t>(target)].push_back(slot);
-  }
+}
+
+inline void SchedulerCore::unqueueable(TaskSlot slot) noexcept {
+  core_.run.fail(std::current_exception());
+  log_worker(LogLevel::Warn, core_.level,
+             "scheduler: out of memory queueing a ready task; it is skipped and the run fails");
+  finish(core_.pool.at(slot), Outcome::Skipped);
 }
 
 // Completes tasks iteratively (a failure can skip a long chain; recursion would overflow the
 // stack).
 inline void SchedulerCore::drain_worklist() {
-  while (!worklist_.empty()) {
-    const Finished f = worklist_.pop_front();
-    Slot& s = core_.pool.at(f.slot);
+  while (work_head_ != nullptr) {
+    Slot& s = *work_head_;
+    work_head_ = s.next;
+    if (work_head_ == nullptr) work_tail_ = nullptr;
+    const Outcome outcome = s.group_outcome;
     const std::int32_t traced = core_.trace_level.load(std::memory_order_relaxed);
-    core_.stats.sched.count(f.outcome);
+    core_.stats.sched.count(outcome);
     // A single task completed here never ran on a lane (those complete themselves).
     if (traced != 0 && !s.is_group()) [[unlikely]]
-      trace_event(TraceKind::Skip, s, 0, f.outcome);
-    core_.complete(s, f.outcome != Outcome::Success, [this, traced](Slot& c) {
+      trace_event(TraceKind::Skip, s, 0, outcome);
+    core_.complete(s, outcome != Outcome::Success, [this, traced](Slot& c) {
       if (traced >= kTraceDeps) [[unlikely]]
         trace_event(TraceKind::Ready, c, 0, Outcome::Success);
       became_ready(c);
@@ -376,14 +403,19 @@ inline void SchedulerCore::drain_worklist() {
 
 inline void SchedulerCore::fail_unplaceable(Slot& s, Role role) {
   const char* what = role == Role::Sub ? "sub" : "next-level";
-  core_.fail_run(Outcome::EndpointFailure, fmt::format("{} workers", what), core_.callable_name(s),
-                 fmt::format("no {} worker is left alive to run it (their children died)", what));
-  worklist_.push_back({s.id, Outcome::EndpointFailure});
+  try {
+    core_.fail_run(Outcome::EndpointFailure, fmt::format("{} workers", what),
+                   core_.callable_name(s),
+                   fmt::format("no {} worker is left alive to run it (their children died)", what));
+  } catch (...) {  // out of memory for the message: the run still fails
+    core_.run.fail(std::current_exception());
+  }
+  finish(s, Outcome::EndpointFailure);
 }
 
 inline bool SchedulerCore::skip_if_cancelled(Slot& s) {
   if (!core_.run.cancelled()) return false;
-  worklist_.push_back({s.id, Outcome::Skipped});
+  finish(s, Outcome::Skipped);
   return true;
 }
 

@@ -104,8 +104,9 @@ struct alignas(kCacheLine) Slot {
   /// For observation (tests, diagnostics); transitions are driven by the words below.
   std::atomic<TaskState> state{TaskState::Free};
 
-  std::int8_t heap_ring = -1;                // Orchestrator: ring of its auto-allocated bytes
-  Outcome group_outcome = Outcome::Success;  // Scheduler: a group's outcome so far
+  std::int8_t heap_ring = -1;  // Orchestrator: ring of its auto-allocated bytes
+  /// Scheduler: a group's outcome so far; any task's outcome while on its worklist.
+  Outcome group_outcome = Outcome::Success;
 
   /// Producers still to finish + 1 while the Orchestrator is wiring. Whoever takes it to 0 makes
   /// the task ready (exactly one thread does).
@@ -129,7 +130,8 @@ struct alignas(kCacheLine) Slot {
 
   std::uint32_t members_done = 0;  // Scheduler: a group's members that ended
 
-  /// Intrusive link for the lock-free hand-off stacks (ready inbox, retire inbox).
+  /// Intrusive link for the lock-free hand-off stacks (ready inbox, retire inbox) and the
+  /// scheduler's worklist: a task is on one of them at a time.
   Slot* next = nullptr;
 
   [[nodiscard]] bool is_group() const noexcept { return group_size > 1; }
