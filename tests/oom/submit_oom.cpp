@@ -119,6 +119,23 @@ void warm_scheduler(simpler::Worker& w, const simpler::CallableHandle& noop) {
   });
 }
 
+// The Worker goes on after a failure: a chain of 100 read-modify-writes over 8 counters, checked.
+bool goes_on(simpler::Worker& w, const simpler::CallableHandle& add) {
+  std::vector<std::uint64_t> counters(8, 0);
+  w.run([&](simpler::Orchestrator& orch, TaskArgsView, const simpler::CallConfig&) {
+    for (int t = 0; t < 100; ++t) {
+      TaskArgs a;
+      a.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(counters.data() + t % 8, 1)),
+                   TensorArgType::InOut);
+      orch.submit_sub(add, std::move(a));
+    }
+  });
+  for (std::size_t i = 0; i < counters.size(); ++i) {
+    if (counters[i] != (i < 4 ? 13U : 12U)) return false;
+  }
+  return true;
+}
+
 int fail(const char* what, long at) {
   std::fprintf(stderr, "submit_oom: %s (failure injected at allocation %ld)\n", what, at);
   return 1;
@@ -274,19 +291,7 @@ int run_passes(Watchdog& watchdog) {
     } else {
       (submitted || earlier ? in_engine : in_submit) += 1;
     }
-    std::vector<std::uint64_t> counters(8, 0);
-    w.run([&](simpler::Orchestrator& orch, TaskArgsView, const simpler::CallConfig&) {
-      for (int t = 0; t < 100; ++t) {
-        TaskArgs a;
-        a.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(counters.data() + t % 8, 1)),
-                     TensorArgType::InOut);
-        orch.submit_sub(add, std::move(a));
-      }
-    });
-    for (std::size_t i = 0; i < counters.size(); ++i) {
-      if (counters[i] != (i < 4 ? 13U : 12U))
-        return fail("the run after a failed pass computed a wrong count", at);
-    }
+    if (!goes_on(w, add)) return fail("the run after a failed pass computed a wrong count", at);
   }
   std::printf(
       "submit_oom: passes: %d runs completed, %d failed in the engine's work outside a submit, %d "
@@ -345,20 +350,7 @@ int run_all() {
           return fail("a run that went on lost increments", at);
         ++given_back;
       }
-      // The Worker goes on: a chain of 100 read-modify-writes over 8 counters.
-      std::vector<std::uint64_t> counters(8, 0);
-      w.run([&](simpler::Orchestrator& orch, TaskArgsView, const simpler::CallConfig&) {
-        for (int t = 0; t < 100; ++t) {
-          TaskArgs a;
-          a.add_tensor(simpler::make_tensor(std::span<std::uint64_t>(counters.data() + t % 8, 1)),
-                       TensorArgType::InOut);
-          orch.submit_sub(add, std::move(a));
-        }
-      });
-      for (std::size_t i = 0; i < counters.size(); ++i) {
-        if (counters[i] != (i < 4 ? 13U : 12U))
-          return fail("the next run computed a wrong count", at);
-      }
+      if (!goes_on(w, add)) return fail("the next run computed a wrong count", at);
     }
     if (!fired) break;  // the runs made fewer allocations than `at`: every point was tried
   }
