@@ -14,6 +14,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -234,13 +235,16 @@ struct EngineCore {
   /// The name of a task's callable, for messages ("<unknown callable>" when it cannot say).
   std::string callable_name(const Slot& s) const noexcept;
 
-  /// Records a failed task as the run's error (the first one wins). Any thread.
-  void fail_run(Outcome outcome, const std::string& worker, const std::string& callable,
-                const std::string& message, ErrorKind kind = ErrorKind::Other,
+  /// Records a failed task as the run's error (the first one wins). Any thread. Views, so a
+  /// caller passing a literal allocates nothing: every copy is made here, where running out of
+  /// memory still fails the run.
+  void fail_run(Outcome outcome, std::string_view worker, std::string_view callable,
+                std::string_view message, ErrorKind kind = ErrorKind::Other,
                 std::int32_t code = 0) noexcept {
     try {
-      run.fail(std::make_exception_ptr(
-          TaskError(outcome, level, worker, callable, message, kind, code)));
+      run.fail(std::make_exception_ptr(TaskError(outcome, level, std::string(worker),
+                                                 std::string(callable), std::string(message), kind,
+                                                 code)));
     } catch (...) {
       // Building the error ran out of memory: still fail the run, with what we have.
       run.fail(std::current_exception());

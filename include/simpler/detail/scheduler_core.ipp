@@ -268,13 +268,9 @@ inline void SchedulerCore::end_member(Slot& s, Outcome o) {
 }
 
 inline void SchedulerCore::fail_lost(Slot& s, const LaneCore& lane) {
-  try {
-    core_.fail_run(Outcome::EndpointFailure, lane.name, core_.callable_name(s),
-                   "this worker is lost: an earlier task on it passed its deadline and its thread "
-                   "did not return");
-  } catch (...) {  // out of memory for the message: the run still fails
-    core_.run.fail(std::current_exception());
-  }
+  core_.fail_run(Outcome::EndpointFailure, lane.name, core_.callable_name(s),
+                 "this worker is lost: an earlier task on it passed its deadline and its thread "
+                 "did not return");
   finish(s, Outcome::EndpointFailure);
 }
 
@@ -402,14 +398,11 @@ inline void SchedulerCore::drain_worklist() {
 }
 
 inline void SchedulerCore::fail_unplaceable(Slot& s, Role role) {
-  const char* what = role == Role::Sub ? "sub" : "next-level";
-  try {
-    core_.fail_run(Outcome::EndpointFailure, fmt::format("{} workers", what),
-                   core_.callable_name(s),
-                   fmt::format("no {} worker is left alive to run it (their children died)", what));
-  } catch (...) {  // out of memory for the message: the run still fails
-    core_.run.fail(std::current_exception());
-  }
+  const bool sub = role == Role::Sub;
+  core_.fail_run(Outcome::EndpointFailure, sub ? "sub workers" : "next-level workers",
+                 core_.callable_name(s),
+                 sub ? "no sub worker is left alive to run it (their children died)"
+                     : "no next-level worker is left alive to run it (their children died)");
   finish(s, Outcome::EndpointFailure);
 }
 
