@@ -96,7 +96,14 @@ class Writer {
   void u64(std::uint64_t v) { put(v, 8); }
   void i32(std::int32_t v) { u32(static_cast<std::uint32_t>(v)); }
   void i64(std::int64_t v) { u64(static_cast<std::uint64_t>(v)); }
-  void bytes(std::span<const std::byte> b) { out_.insert(out_.end(), b.begin(), b.end()); }
+  // resize + memcpy rather than insert(end, first, last): GCC 12 at -O3 reports a false
+  // stringop-overflow/array-bounds on the inlined range insert (release builds use -Werror).
+  void bytes(std::span<const std::byte> b) {
+    if (b.empty()) return;
+    const std::size_t at = out_.size();
+    out_.resize(at + b.size());
+    std::memcpy(out_.data() + at, b.data(), b.size());
+  }
   void str(std::string_view s) {
     u32(static_cast<std::uint32_t>(s.size()));
     bytes(std::as_bytes(std::span(s.data(), s.size())));
