@@ -25,6 +25,7 @@
 #include <memory>
 #include <new>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -1064,6 +1065,103 @@ TEST_CASE("EventCount loses no wake-up between two threads that only sleep",
   b.join();
   CHECK_FALSE(missed.load());
   CHECK(ball.load() == 2 * kRounds);
+}
+
+// AwakeThreads: the count spin_until asks whether every awake engine thread has a core. A thread
+// counts its weight while it runs and none of it while it sleeps in EventCount::await; however the
+// sleep ends (an in-process notify, whose notifier counts the woken thread at once; a shared
+// EventCount's notify; a timeout), the count comes back to what it was, so it cannot drift.
+TEST_CASE("AwakeThreads counts a member's weight except while it sleeps, and never drifts",
+          "[containers][event-count]") {
+  using simpler::detail::AwakeThreads;
+  enum class End { Notify, SharedNotify, Timeout };
+  const End end = GENERATE(End::Notify, End::SharedNotify, End::Timeout);
+  CAPTURE(static_cast<int>(end));
+  simpler::detail::EventCount ev(end == End::SharedNotify);
+  std::atomic<bool> go{false};
+  const int before = AwakeThreads::count();
+  constexpr int kWeight = 3;
+  std::atomic<int> inside{0};     // the count seen by the member before it sleeps
+  std::atomic<int> woke{0};       // and right after its wait returned
+  std::atomic<int> own{0};        // its own weight while a member
+  std::atomic<int> own_after{0};  // and after
+  std::thread t([&] {
+    {
+      const AwakeThreads::Member member(kWeight);
+      own = AwakeThreads::own_weight();
+      inside = AwakeThreads::count();
+      const auto timeout =
+          end == End::Timeout ? std::chrono::milliseconds(50) : std::chrono::milliseconds(10'000);
+      const bool got = ev.await_for([&] { return go.load(std::memory_order_seq_cst); },
+                                    std::chrono::nanoseconds(0), timeout);
+      woke = AwakeThreads::count();
+      CHECK(got == (end != End::Timeout));
+    }
+    own_after = AwakeThreads::own_weight();
+  });
+  if (end != End::Timeout) {
+    // Asleep: registered, and its whole weight off the count.
+    CHECK(simpler::testing::eventually(
+        [&] { return ev.has_waiters() && AwakeThreads::count() == before; }));
+    go.store(true, std::memory_order_seq_cst);
+    ev.notify_all();
+  }
+  t.join();
+  CHECK(own == kWeight);
+  CHECK(own_after == 1);
+  CHECK(inside == before + kWeight);
+  // Its weight is back once its wait returns, but for the 1 an in-process notifier adds for it
+  // right after futex_wake returns, which the woken thread may beat.
+  if (end == End::Notify) {
+    CHECK(woke >= before + kWeight - 1);
+    CHECK(woke <= before + kWeight);
+  } else {
+    CHECK(woke == before + kWeight);
+  }
+  CHECK(AwakeThreads::count() == before);
+}
+
+TEST_CASE("AwakeThreads is crowded while its members outnumber the cores",
+          "[containers][event-count]") {
+  using simpler::detail::AwakeThreads;
+  REQUIRE(AwakeThreads::cores() >= 1);
+  const bool crowded_before = AwakeThreads::crowded();
+  CHECK(crowded_before == (AwakeThreads::count() > AwakeThreads::cores()));
+  {
+    const AwakeThreads::Member crowd(AwakeThreads::kCrowd);
+    CHECK(AwakeThreads::crowded());
+  }
+  CHECK(AwakeThreads::crowded() == crowded_before);
+}
+
+// Both ways of spinning end when the condition turns true on another thread, and end at their
+// budget when it never does (the polling-on way reads the clock every round; the yielding way
+// every 4 yields).
+TEST_CASE("spin_until returns once its condition holds and gives up at its budget, crowded or not",
+          "[containers][event-count]") {
+  using simpler::detail::AwakeThreads;
+  using simpler::detail::EventCount;
+  const bool crowd = GENERATE(false, true);
+  const EventCount::Yield yield = GENERATE(EventCount::Yield::Adaptive, EventCount::Yield::Early);
+  CAPTURE(crowd, static_cast<int>(yield));
+  std::optional<AwakeThreads::Member> crowding;
+  if (crowd) crowding.emplace(AwakeThreads::kCrowd);
+
+  std::atomic<bool> flag{false};
+  const auto ready = [&] { return flag.load(std::memory_order_seq_cst); };
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    flag.store(true, std::memory_order_seq_cst);
+  });
+  CHECK(EventCount::spin_until(ready, std::chrono::seconds(30), yield));
+  setter.join();
+
+  const auto never = [] { return false; };
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(EventCount::spin_until(never, std::chrono::milliseconds(5), yield));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= std::chrono::milliseconds(5));
+  CHECK(took < std::chrono::seconds(5));  // a bound, not a timing: a lost budget spins forever
 }
 
 // Makes every membarrier(2) call of this process fail with EPERM from now on (seccomp: no way

@@ -170,11 +170,24 @@ void install_fault_handler() {
 
 int Context::start_threads() {
   try {
-    for (std::uint32_t i = 0; i < threads.core_count; ++i)
-      threads.cores[i].thread = std::thread([this, i] { core_main(static_cast<int>(i)); });
-    for (int s = 0; s < kMaxAicpuThreads - 1; ++s)
-      threads.sched_threads[s] = std::thread([this, s] { scheduler_main(s); });
-    threads.orch_thread = std::thread([this] { orchestrator_main(); });
+    // Each device thread counts itself awake (detail::AwakeThreads): their spins then yield
+    // while they outnumber the cores, as they always did.
+    for (std::uint32_t i = 0; i < threads.core_count; ++i) {
+      threads.cores[i].thread = std::thread([this, i] {
+        const detail::AwakeThreads::Member awake(1);
+        core_main(static_cast<int>(i));
+      });
+    }
+    for (int s = 0; s < kMaxAicpuThreads - 1; ++s) {
+      threads.sched_threads[s] = std::thread([this, s] {
+        const detail::AwakeThreads::Member awake(1);
+        scheduler_main(s);
+      });
+    }
+    threads.orch_thread = std::thread([this] {
+      const detail::AwakeThreads::Member awake(1);
+      orchestrator_main();
+    });
   } catch (const std::system_error& e) {
     stop_threads();
     return fail(SIMPLER_ERR_SYSTEM, fmt::format("cannot start the device threads: {}", e.what()));

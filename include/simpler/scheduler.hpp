@@ -51,7 +51,10 @@ class Scheduler {
       for_each_lane([](auto& l) { l.launch(); });
       loop_.prepare();
       for_each_lane([](auto& l) { l.start(); });
-      thread_ = std::thread([this] { loop_.run_loop(); });
+      thread_ = std::thread([this] {
+        const detail::AwakeThreads::Member awake(1);
+        loop_.run_loop();
+      });
       core_.driver.store(&loop_, std::memory_order_release);
     } catch (...) {
       stop();

@@ -12,10 +12,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/engine_core.hpp"
 #include "simpler/detail/scheduler_core.hpp"
+#include "simpler/fwd.hpp"
 #include "simpler/leaf/leaf.hpp"
 #include "simpler/log.hpp"
 #include "simpler/orchestrator.hpp"
@@ -64,9 +66,17 @@ class WorkerThread : public detail::LaneCore {
       }
     }
   }
+  /// What this lane's thread adds to the process's awake threads (detail::AwakeThreads): itself,
+  /// and its child when that is another process (it spins for its tasks too); a simulated chip
+  /// counts as every core (its AICPU and AICore threads spin beside ours, uncounted).
+  static constexpr int kAwakeWeight = std::is_same_v<L, ChipWorker> ? detail::AwakeThreads::kCrowd
+                                      : std::is_same_v<T, ThreadTransport> ? 1
+                                                                           : 2;
+
   /// Starts the lane thread.
   void start() {
     thread_ = std::thread([this] {
+      const detail::AwakeThreads::Member awake(kAwakeWeight);
       if constexpr (kDriven) {
         driven_loop();
       } else if constexpr (Pipelines<Endpoint>) {

@@ -22,11 +22,12 @@
 
 namespace simpler::detail {
 
-/// futex(2) wrappers (futex.ipp). wait returns false on timeout; spurious wakeups are
-/// possible, callers re-check. A negative timeout waits without limit.
-bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
-                std::chrono::nanoseconds timeout, bool shared) noexcept;
-void futex_wake(std::atomic<std::uint32_t>* word, int count, bool shared) noexcept;
+/// futex(2) wrappers (futex.ipp). wait returns 0 when a futex_wake woke it, else the errno
+/// (ETIMEDOUT, EAGAIN: the word had changed, EINTR); spurious wakeups are possible, callers
+/// re-check. A negative timeout waits without limit. wake returns how many waiters it woke.
+int futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+               std::chrono::nanoseconds timeout, bool shared) noexcept;
+int futex_wake(std::atomic<std::uint32_t>* word, int count, bool shared) noexcept;
 
 /// Spin-wait hint for the CPU.
 inline void cpu_relax() noexcept {
@@ -37,14 +38,87 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
+/// How many threads of this process the engine counts as on a CPU, against the cores it may run
+/// on: spin_until() yields between polls only when there are more such threads than cores (then
+/// the thread it waits for may be queued behind it on its core). With no more than one per core,
+/// a yield finds nothing else to run and only costs a syscall (~1.2 us here), which a hand-off
+/// pays whenever its answer comes in after the first few polls: a one-task run() with a thread
+/// child took 2.1 us p50 with yields after 4 polls, against 0.9-1.0 us polling on (fast mode).
+///
+/// The count starts at 1 (the thread that drives runs) and follows the threads the engine starts
+/// (AwakeThreads::Member, with a weight: a lane whose child is another process counts that child
+/// too; a lane with a simulated chip counts as every core, since the device runtime's threads
+/// count themselves in the runtime's own copy of this class, which the host's may not be), minus
+/// the threads asleep in EventCount::await. It is a hint: the user's other threads and other
+/// processes are not in it. spin_until() notices when the guess is wrong (a yield that ran
+/// another thread) and yields early for a while.
+class AwakeThreads {
+ public:
+  /// A weight that makes the process count as crowded while it is held.
+  static constexpr int kCrowd = 1 << 16;
+
+  /// Counts the calling thread as `weight` threads awake from construction to destruction (a
+  /// thread's whole life); while it sleeps in EventCount::await, all of its weight is off.
+  class Member {
+   public:
+    explicit Member(int weight) noexcept : weight_(weight) {
+      own_weight_ = weight;
+      add(weight_);
+    }
+    ~Member() {
+      add(-weight_);
+      own_weight_ = 1;
+    }
+    Member(const Member&) = delete;
+    Member& operator=(const Member&) = delete;
+
+   private:
+    int weight_;
+  };
+
+  static void add(int n) noexcept { count_.fetch_add(n, std::memory_order_relaxed); }
+  /// What the calling thread counts for (1 unless it is a Member).
+  [[nodiscard]] static int own_weight() noexcept { return own_weight_; }
+  /// More threads awake than cores (one relaxed load; the cores are counted once).
+  [[nodiscard]] static bool crowded() noexcept {
+    return count_.load(std::memory_order_relaxed) > cores();
+  }
+  [[nodiscard]] static int count() noexcept { return count_.load(std::memory_order_relaxed); }
+  /// The CPUs this process may run on (its affinity mask when it was first asked).
+  [[nodiscard]] static int cores() noexcept {
+    int n = cores_.load(std::memory_order_relaxed);
+    if (n == 0) {
+      n = count_cores();
+      cores_.store(n, std::memory_order_relaxed);
+    }
+    return n;
+  }
+
+ private:
+  static int count_cores() noexcept;
+  static inline std::atomic<int> count_{1};
+  static inline std::atomic<int> cores_{0};
+  static inline thread_local int own_weight_ = 1;
+};
+
 class EventCount {
  public:
+  /// How spin_until() gives its core away: Adaptive yields only while AwakeThreads::crowded();
+  /// Early always yields after a few polls.
+  enum class Yield { Adaptive, Early };
+
   /// `asymmetric`: notifiers publish with a release store and a light_fence() (no store-load
   /// fence of their own) before notify_all(); the waiter then issues heavy_fence() between its
   /// registration and its last check (asymmetric_fence.hpp). Only in-process: membarrier reaches
   /// this process's threads only.
   explicit EventCount(bool shared = false, bool asymmetric = false) noexcept
       : shared_(shared), asymmetric_(asymmetric && !shared) {}
+
+  /// How await() spins: across processes as early as ever (AwakeThreads counts this process's
+  /// threads only, and the partner may be queued behind us on our core).
+  [[nodiscard]] Yield spin_yield() const noexcept {
+    return shared_ ? Yield::Early : Yield::Adaptive;
+  }
 
   /// Whether notifiers may publish with light_fence() (see the constructor).
   [[nodiscard]] bool asymmetric() const noexcept { return asymmetric_; }
@@ -53,7 +127,11 @@ class EventCount {
   void notify_all() noexcept {
     if (waiters_.load(std::memory_order_seq_cst) != 0) {
       epoch_.fetch_add(1, std::memory_order_seq_cst);
-      futex_wake(&epoch_, 0x7fffffff, shared_);
+      const int woken = futex_wake(&epoch_, 0x7fffffff, shared_);
+      // In-process, the threads woken count as awake from now, before they get a core: a
+      // spinner that sees them yields to them (AwakeThreads). Each returns 0 from its wait and
+      // does not count itself again.
+      if (!shared_ && woken > 0) AwakeThreads::add(woken);
     }
   }
 
@@ -73,7 +151,7 @@ class EventCount {
   template <class Ready>
   bool await(Ready&& ready, std::chrono::nanoseconds spin,
              std::chrono::steady_clock::time_point deadline) {
-    return spin_until(ready, spin) || sleep_until(ready, deadline);
+    return spin_until(ready, spin, spin_yield()) || sleep_until(ready, deadline);
   }
 
   /// As above, with the deadline `timeout` after the spin ends: the clock is read only if the
@@ -81,44 +159,74 @@ class EventCount {
   /// next task posted) pays no clock read at all.
   template <class Ready>
   bool await_for(Ready&& ready, std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout) {
-    return spin_until(ready, spin) ||
+    return spin_until(ready, spin, spin_yield()) ||
            sleep_until(ready, std::chrono::steady_clock::now() + timeout);
   }
 
-  /// Polls `ready()` for up to `spin`: kPollsBeforeYield polls, then a yield every
-  /// kPollsPerYield polls. On a 2-core machine the engine runs more threads than cores (the
-  /// orchestration, the scheduler, the lanes), so the thread we wait for is often runnable on
-  /// this very core, queued behind us: every poll before a yield is time it cannot run. Measured
-  /// on a one-task run() with a thread child (p50): 64 polls before the first yield and 256 per
-  /// yield cost ~17 us, 16 and 32 3.2-3.6 us, 4 and 8 2.3 us, 2 and 4 2.1 us; 100k independent
-  /// tasks with private outputs went from 830-1200 to 500-625 ns/task at 4 and 8. A partner on
-  /// another core answers within a cross-core round trip (~120 ns, a few polls), so 4 keeps most
-  /// of that case free of syscalls; 2 and 4 lost on the 1M-buffer DAG (1030-1100 against
-  /// 940-990 ns/task). The clock is read every 4 yields only (reading it every 32 polls was 8 %
-  /// of a profile). The spin's end is taken at the first yield: a partner that answers within
-  /// the pure spin costs no clock read.
+  /// Polls `ready()` for up to `spin`, in one of two ways, chosen per round:
+  ///
+  /// - Yielding (Yield::Early, AwakeThreads::crowded(), or this thread saw contention lately):
+  ///   kPollsBeforeYield polls, then a yield every kPollsPerYield polls. With more threads than
+  ///   cores, the thread we wait for may be runnable on this very core, queued behind us: every
+  ///   poll before a yield is time it cannot run. Measured on a one-task run() with a thread child
+  ///   (p50), when the scheduler thread spun too: 64 polls before the first yield and 256 per
+  ///   yield cost ~17 us, 16 and 32 3.2-3.6 us, 4 and 8 2.3 us, 2 and 4 2.1 us; 100k independent
+  ///   tasks with private outputs went from 830-1200 to 500-625 ns/task at 4 and 8; 2 and 4 lost
+  ///   on the 1M-buffer DAG (1030-1100 against 940-990 ns/task). The clock is read every 4 yields
+  ///   only (reading it every 32 polls was 8 % of a profile).
+  /// - Polling on (otherwise): kPollsAlone polls between looks at the clock, a yield every
+  ///   kAloneRoundsPerYield rounds. Each thread then has a core, so a yield finds nothing to run
+  ///   and costs a syscall (~1.2 us here) that delays the answer it waits for. A yield that took
+  ///   longer than kSwitchedYield ran another thread on this core after all (the kernel placed
+  ///   two of ours on one core, or another process is there): the thread then yields early for
+  ///   kContendedFor.
+  ///
+  /// The first kPollsBeforeYield polls come before any clock read: a partner on another core
+  /// often answers within them.
   static constexpr int kPollsBeforeYield = 4;
   static constexpr int kPollsPerYield = 8;
+  static constexpr int kPollsAlone = 64;  // ~1.3 us of polls (a pause is ~20 ns here)
+  static constexpr unsigned kAloneRoundsPerYield = 2;
+  static constexpr std::chrono::microseconds kSwitchedYield{3};
+  static constexpr std::chrono::milliseconds kContendedFor{1};
 
   template <class Ready>
-  static bool spin_until(Ready& ready, std::chrono::nanoseconds spin) {
+  static bool spin_until(Ready& ready, std::chrono::nanoseconds spin,
+                         Yield yield = Yield::Adaptive) {
+    using Clock = std::chrono::steady_clock;
     if (ready()) return true;
     if (spin.count() <= 0) return false;
-    // First a short pure spin (~0.1 us): a partner on another core often answers within it, and a
-    // yield (a syscall, ~1 us or more on this VM) would only slow that case down.
     for (int i = 0; i < kPollsBeforeYield; ++i) {
       cpu_relax();
       if (ready()) return true;
     }
-    const auto end = std::chrono::steady_clock::now() + spin;
+    Clock::time_point now = Clock::now();
+    const Clock::time_point end = now + spin;
+    bool early = yield == Yield::Early || now < contended_until_;
     for (unsigned round = 1;; ++round) {
-      for (int i = 0; i < kPollsPerYield; ++i) {
+      if (early || AwakeThreads::crowded()) {
+        for (int i = 0; i < kPollsPerYield; ++i) {
+          cpu_relax();
+          if (ready()) return true;
+        }
+        std::this_thread::yield();
+        if (round % 4 == 0 && Clock::now() >= end) return false;
+        continue;
+      }
+      for (int i = 0; i < kPollsAlone; ++i) {
         cpu_relax();
         if (ready()) return true;
       }
-      // Give the core away often: the thread we wait for may be queued behind us on it.
-      std::this_thread::yield();
-      if (round % 4 == 0 && std::chrono::steady_clock::now() >= end) return false;
+      now = Clock::now();
+      if (now >= end) return false;
+      if (round % kAloneRoundsPerYield == 0) {
+        std::this_thread::yield();
+        const Clock::time_point back = Clock::now();
+        if (back - now > kSwitchedYield) {
+          contended_until_ = back + kContendedFor;
+          early = true;
+        }
+      }
     }
   }
 
@@ -152,7 +260,12 @@ class EventCount {
       }
       const std::chrono::nanoseconds left = deadline - now;
       const std::chrono::nanoseconds nap = napped ? kUnfencedNap : kFirstNap;
-      futex_wait(&epoch_, key, fenced ? left : std::min(left, nap), shared_);
+      // Asleep, the thread (and what its weight stands for: a lane's idle child) leaves the
+      // count. An in-process notify_all that woke it has counted 1 for it already.
+      const int weight = AwakeThreads::own_weight();
+      AwakeThreads::add(-weight);
+      const int woke = futex_wait(&epoch_, key, fenced ? left : std::min(left, nap), shared_);
+      AwakeThreads::add(shared_ || woke != 0 ? weight : weight - 1);
       napped = true;
       waiters_.fetch_sub(1, std::memory_order_relaxed);
       if (ready()) return true;
@@ -164,6 +277,8 @@ class EventCount {
   static constexpr std::chrono::microseconds kFirstNap{100};
   /// The longest sleep when heavy_fence() failed.
   static constexpr std::chrono::microseconds kUnfencedNap{1000};
+  /// Until when this thread's spins yield early (see spin_until).
+  static inline thread_local std::chrono::steady_clock::time_point contended_until_{};
 
   std::atomic<std::uint32_t> epoch_{0};
   std::atomic<std::uint32_t> waiters_{0};

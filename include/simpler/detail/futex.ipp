@@ -3,6 +3,7 @@
 #pragma once
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -13,8 +14,8 @@
 
 namespace simpler::detail {
 
-inline bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
-                       std::chrono::nanoseconds timeout, bool shared) noexcept {
+inline int futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                      std::chrono::nanoseconds timeout, bool shared) noexcept {
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
   timespec ts{};
   timespec* tsp = nullptr;
@@ -26,12 +27,25 @@ inline bool futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
   const int op = shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE;
   const long rc =
       syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, expected, tsp, nullptr, 0);
-  return !(rc != 0 && errno == ETIMEDOUT);
+  return rc == 0 ? 0 : errno;
 }
 
-inline void futex_wake(std::atomic<std::uint32_t>* word, int count, bool shared) noexcept {
+inline int AwakeThreads::count_cores() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
+}
+
+inline int futex_wake(std::atomic<std::uint32_t>* word, int count, bool shared) noexcept {
   const int op = shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE;
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, count, nullptr, nullptr, 0);
+  const long rc =
+      syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, count, nullptr, nullptr, 0);
+  return rc > 0 ? static_cast<int>(rc) : 0;
 }
 
 }  // namespace simpler::detail

@@ -556,6 +556,9 @@ struct ForkShmTransport {
     [[noreturn]] void child_main(pid_t parent) noexcept {
       detail::become_child_of(parent);
       detail::limit_library_threads();
+      // This process's AwakeThreads count knows nothing of the parent's threads, which compete
+      // for the same cores: spins here yield early, as they always did (a nested Worker's too).
+      detail::AwakeThreads::add(detail::AwakeThreads::kCrowd);
       // A leaf with a start() (a nested Worker) starts here, in the child: its own children are
       // forked from this process, and it reports ready only once they all are.
       if constexpr (requires { leaf_->start(); }) {
