@@ -68,7 +68,8 @@ class WorkerThread : public detail::LaneCore {
   }
   /// What this lane's thread adds to the process's awake threads (detail::AwakeThreads): itself,
   /// and its child when that is another process (it spins for its tasks too); a simulated chip
-  /// counts as every core (its AICPU and AICore threads spin beside ours, uncounted).
+  /// counts as every core (its AICPU and AICore threads spin beside ours, counted only in the
+  /// device runtime's own copy of the count, which this one may not be).
   static constexpr int kAwakeWeight = std::is_same_v<L, ChipWorker> ? detail::AwakeThreads::kCrowd
                                       : std::is_same_v<T, ThreadTransport> ? 1
                                                                            : 2;

@@ -169,7 +169,7 @@ class EventCount {
   ///   kPollsBeforeYield polls, then a yield every kPollsPerYield polls. With more threads than
   ///   cores, the thread we wait for may be runnable on this very core, queued behind us: every
   ///   poll before a yield is time it cannot run. Measured on a one-task run() with a thread child
-  ///   (p50), when the scheduler thread spun too: 64 polls before the first yield and 256 per
+  ///   (p50), before this count existed: 64 polls before the first yield and 256 per
   ///   yield cost ~17 us, 16 and 32 3.2-3.6 us, 4 and 8 2.3 us, 2 and 4 2.1 us; 100k independent
   ///   tasks with private outputs went from 830-1200 to 500-625 ns/task at 4 and 8; 2 and 4 lost
   ///   on the 1M-buffer DAG (1030-1100 against 940-990 ns/task). The clock is read every 4 yields
