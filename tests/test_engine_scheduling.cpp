@@ -10,6 +10,7 @@
 
 #include <simpler/simpler.hpp>
 
+#include "support/child_modes.hpp"
 #include "support/gate.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/thread_states.hpp"
@@ -214,6 +215,33 @@ TEST_CASE("an idle initialised Worker has every thread asleep", "[engine][idle]"
   const bool asleep = other_threads_fall_asleep(std::chrono::seconds(5));
   CHECK(asleep);
   CHECK(other_thread_states().size() >= 3);  // scheduler + 2 lanes
+}
+
+// Engine threads count themselves awake (detail::AwakeThreads, which spin_until asks whether
+// spinning threads outnumber the cores) for their lifetime, and their sleeps take off only what
+// they added. Once every engine thread sleeps the count is back where it was before the Worker;
+// a lane or scheduler thread that slept without counting itself would leave it below.
+TEMPLATE_TEST_CASE("idle engine threads leave the awake count where they found it",
+                   "[engine][idle]", InThreads, InProcesses) {
+  using detail::AwakeThreads;
+  const int before = AwakeThreads::count();
+  {
+    Worker w(options_for<TestType>(2));
+    auto fn = w.register_sub("noop", [](TaskArgsView) {});
+    w.init();
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
+      for (int i = 0; i < 100; ++i) o.submit_sub(fn);
+    });
+    REQUIRE(other_threads_fall_asleep(std::chrono::seconds(5)));
+    CHECK(other_thread_states().size() >= 3);  // scheduler + 2 lanes
+    CHECK(AwakeThreads::count() == before);
+    // Awake again for a run, asleep again after it: nothing drifts.
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { o.submit_sub(fn); });
+    REQUIRE(other_threads_fall_asleep(std::chrono::seconds(5)));
+    CHECK(AwakeThreads::count() == before);
+    w.close();
+  }
+  CHECK(AwakeThreads::count() == before);
 }
 
 TEST_CASE("child memory is keyed per next-level worker", "[engine][scheduling][tensormap]") {

@@ -485,6 +485,28 @@ TEST_CASE("a forked child runs kernel libraries on one thread unless the user sa
   w.close();
 }
 
+// A forked child cannot see its parent's engine threads, which compete with it for the same
+// cores, so it counts itself crowded: its spins yield (detail::AwakeThreads).
+TEST_CASE("a forked child's spins count the parent's threads as crowding it",
+          "[fork-shm][lifecycle]") {
+  using detail::AwakeThreads;
+  const int before = AwakeThreads::count();
+  SharedArena arena;
+  auto seen = arena.make<int>(2, -1);
+  Worker w(process_options(1));
+  const auto report = w.register_sub("report", [seen](TaskArgsView) {
+    seen[0] = AwakeThreads::crowded() ? 1 : 0;
+    seen[1] = AwakeThreads::count();
+  });
+  w.init();
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(report); });
+  CHECK(seen[0] == 1);
+  CHECK(seen[1] > AwakeThreads::kCrowd);
+  // Only the child counts itself so: the parent's count comes back when its threads are gone.
+  w.close();
+  CHECK(AwakeThreads::count() == before);
+}
+
 namespace {
 /// The shared ("rw-s") mappings of a process, one per line of /proc/<pid>/maps (not merged), as
 /// "begin-end" strings with their path.

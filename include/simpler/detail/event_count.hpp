@@ -114,12 +114,6 @@ class EventCount {
   explicit EventCount(bool shared = false, bool asymmetric = false) noexcept
       : shared_(shared), asymmetric_(asymmetric && !shared) {}
 
-  /// How await() spins: across processes as early as ever (AwakeThreads counts this process's
-  /// threads only, and the partner may be queued behind us on our core).
-  [[nodiscard]] Yield spin_yield() const noexcept {
-    return shared_ ? Yield::Early : Yield::Adaptive;
-  }
-
   /// Whether notifiers may publish with light_fence() (see the constructor).
   [[nodiscard]] bool asymmetric() const noexcept { return asymmetric_; }
 
@@ -231,6 +225,12 @@ class EventCount {
   }
 
  private:
+  /// How await() spins: across processes as early as ever (AwakeThreads counts this process's
+  /// threads only, and the partner may be queued behind us on our core).
+  [[nodiscard]] Yield spin_yield() const noexcept {
+    return shared_ ? Yield::Early : Yield::Adaptive;
+  }
+
   // The sleeping half of await(), entered once the spin found `ready()` false: register, check
   // `ready()` again (a notifier that published before the registration skipped the wake-up),
   // sleep. No check before the registration: the spin has just made it.
