@@ -32,6 +32,7 @@
 
 #include "simpler/simpler.hpp"
 #include "support/gate.hpp"
+#include "support/thread_states.hpp"
 
 namespace {
 thread_local long t_countdown = -1;  // allocations left before the failure (-1: disarmed)
@@ -244,9 +245,11 @@ int run_passes(Watchdog& watchdog) {
     const auto add =
         w.register_sub("add", [](TaskArgsView v) { *v.tensors[0].as<std::uint64_t>() += 1; });
     w.init();
-    // Every engine thread asleep (they spin 20 us after work): the run's thread takes the first
-    // published tasks itself.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Every engine thread asleep (they spin 20 us after work, then block): the run's thread takes
+    // the first published tasks itself. Read from /proc, not waited out: a loaded machine can keep
+    // a thread spinning past any fixed sleep.
+    if (!simpler::testing::other_threads_fall_asleep(std::chrono::seconds(10)))
+      return fail("the engine threads of a fresh Worker did not all block within 10 s", at);
     std::vector<std::uint64_t> cells(4, 0);
     const auto cell = [&](std::size_t i) {
       TaskArgs a;
