@@ -14,8 +14,9 @@
 // fix a failure after the task took its slot hung the run's fence, and one in a retirement's hole
 // list terminated. A watchdog ends the program (exit 2) when one case makes no progress for 60 s: a
 // hang fails the test with a message instead of waiting for ctest's timeout. A second sweep
-// (run_passes) reaches the scheduler passes the run's thread runs: their queues growing. Exit 0
-// on success; 1 with a message otherwise.
+// (run_passes) reaches the scheduler passes the run's thread runs: their queues growing. A third
+// (flood) lets thousands of tasks become ready while no queue can grow, on any thread: they are
+// skipped, and the log says so once. Exit 0 on success; 1 with a message otherwise.
 #include <unistd.h>
 
 #include <atomic>
@@ -27,6 +28,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -37,6 +39,9 @@
 namespace {
 thread_local long t_countdown = -1;  // allocations left before the failure (-1: disarmed)
 thread_local bool t_fired = false;
+// Any thread: every allocation of at least this many bytes fails (0: disarmed). Reaches the
+// scheduler's queues on whichever thread holds the pass; log lines and the sink stay below it.
+std::atomic<std::size_t> g_fail_from{0};
 }  // namespace
 
 void* operator new(std::size_t n) {
@@ -44,6 +49,8 @@ void* operator new(std::size_t n) {
     t_fired = true;
     throw std::bad_alloc();
   }
+  if (const std::size_t from = g_fail_from.load(std::memory_order_relaxed); from != 0 && n >= from)
+    throw std::bad_alloc();
   void* p = std::malloc(n != 0 ? n : 1);
   if (p == nullptr) throw std::bad_alloc();
   return p;
@@ -305,6 +312,65 @@ int run_passes(Watchdog& watchdog) {
   return 0;
 }
 
+// Counts the log lines that report a ready task the scheduler could not queue (no allocation:
+// the sink runs while allocations fail).
+std::atomic<int> g_unqueueable_lines{0};
+void count_unqueueable(simpler::LogLevel, std::string_view line, void*) {
+  if (line.find("out of memory queueing a ready task") != std::string_view::npos)
+    g_unqueueable_lines.fetch_add(1);
+}
+
+// Many tasks become ready at once while the scheduler's queues cannot grow: a producer held on a
+// gate and kFan consumers of its tensor, then every allocation of 1 KiB or more fails (queues
+// hold 4-byte slot ids and double from 16, so the 257th task queued at once finds no room) and
+// the gate opens. Every task past the queue's room is skipped and the run fails with the
+// bad_alloc, as before; the log gets one line for the run, not one per skipped task (it had
+// hundreds), and the Worker goes on.
+int flood() {
+  constexpr int kFan = 2000;
+  simpler::WorkerOptions o;
+  o.num_sub_workers = 2;
+  o.child_mode = simpler::ChildMode::Thread;
+  simpler::Worker w(o);
+  simpler::testing::Gate gate;
+  std::atomic<int> ran{0};
+  const auto held = w.register_sub("held", [&](TaskArgsView) { gate.wait(); });
+  const auto read = w.register_sub("read", [&](TaskArgsView) { ran.fetch_add(1); });
+  const auto add =
+      w.register_sub("add", [](TaskArgsView v) { *v.tensors[0].as<std::uint64_t>() += 1; });
+  w.init();
+  std::uint64_t x = 0;
+  const auto tensor = simpler::make_tensor(std::span<std::uint64_t>(&x, 1));
+  const simpler::WorkerStats before = w.stats();
+  simpler::set_log_sink(&count_unqueueable);
+  bool threw = false;
+  try {
+    w.run([&](simpler::Orchestrator& orch, TaskArgsView, const simpler::CallConfig&) {
+      orch.submit_sub(held, TaskArgs().add_tensor(tensor, TensorArgType::InOut));
+      for (int i = 0; i < kFan; ++i)
+        orch.submit_sub(read, TaskArgs().add_tensor(tensor, TensorArgType::Input));
+      g_fail_from.store(1024);
+      gate.open();
+    });
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  g_fail_from.store(0);
+  simpler::set_log_sink(nullptr);
+  const std::uint64_t skipped = w.stats().tasks_skipped - before.tasks_skipped;
+  std::printf("submit_oom: flood: %d of %d ready tasks ran, %llu skipped, %d warning line(s)\n",
+              ran.load(), kFan, static_cast<unsigned long long>(skipped),
+              g_unqueueable_lines.load());
+  if (!threw) return fail("flood: the run whose queues could not grow did not fail", -1);
+  if (skipped < 2) return fail("flood: fewer than 2 tasks were skipped; no flood to report", -1);
+  if (static_cast<std::uint64_t>(ran.load()) + skipped != kFan)
+    return fail("flood: tasks that ran and tasks skipped do not add up to the tasks submitted", -1);
+  if (g_unqueueable_lines.load() != 1)
+    return fail("flood: a run with skipped unqueueable tasks must log exactly one line", -1);
+  if (!goes_on(w, add)) return fail("flood: the run after the flood computed a wrong count", -1);
+  return 0;
+}
+
 int run_all() {
   std::vector<std::uint64_t> buf(100'000);
   int threw = 0;       // run() threw the bad_alloc
@@ -365,7 +431,8 @@ int run_all() {
   if (threw < 20) return fail("fewer than 20 submits failed: the injection misses them", -1);
   if (absorbed < 1) return fail("no retirement met a failure", -1);
   if (given_back < 1 || failed_run < 1) return fail("a swallowed failure took only one way", -1);
-  return run_passes(watchdog);
+  if (const int r = run_passes(watchdog); r != 0) return r;
+  return flood();
 }
 
 }  // namespace

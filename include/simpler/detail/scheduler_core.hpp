@@ -100,8 +100,11 @@ class SchedulerCore {
   }
   /// A ready task that no queue could take (out of memory growing it): the run fails with that
   /// bad_alloc, as when a submit fails after placing its task, and the task is skipped. Call
-  /// from the catch block.
+  /// from the catch block. Warns once per run: a queue that cannot grow refuses every task that
+  /// becomes ready after it, and one line each would bury the log (and cost an allocation each
+  /// while memory is short).
   void unqueueable(TaskSlot slot) noexcept;
+  std::uint32_t oom_warned_run_ = 0;  ///< the run unqueueable() last warned about (ids start at 1)
   std::uint32_t busy_lanes_ = 0;
   std::uint32_t timed_total_ = 0;  ///< watched posted tasks, over all lanes
   std::chrono::steady_clock::time_point next_check_ = std::chrono::steady_clock::time_point::max();

@@ -371,8 +371,13 @@ inline void SchedulerCore::route_single(TaskSlot slot, Role role, CallableKind k
 
 inline void SchedulerCore::unqueueable(TaskSlot slot) noexcept {
   core_.run.fail(std::current_exception());
-  log_worker(LogLevel::Warn, core_.level,
-             "scheduler: out of memory queueing a ready task; it is skipped and the run fails");
+  if (oom_warned_run_ != core_.run.id()) {
+    oom_warned_run_ = core_.run.id();
+    log_worker(LogLevel::Warn, core_.level,
+               "scheduler: out of memory queueing a ready task; it is skipped and the run fails "
+               "(later tasks of this run that cannot be queued are skipped without another "
+               "warning; WorkerStats::tasks_skipped counts them)");
+  }
   finish(core_.pool.at(slot), Outcome::Skipped);
 }
 
