@@ -488,19 +488,32 @@ class WorkerThread : public detail::LaneCore {
   /// was kept; each one kept after it inherits that count (see complete_here), which is given
   /// back when the streak ends. Returns false when the lane was abandoned at a deadline
   /// meanwhile.
+  ///
+  /// The slots the streak frees go to the Orchestrator in batches (detail::RetireBatch), the
+  /// last one before lane_local is given back, so the run's fence never sees an idle engine
+  /// with a retirement still held here. (A kept successor carries no deadline this lane is
+  /// watched for, see runnable_here, so run_task does not abandon the lane in a streak; were it
+  /// to, the batch is still handed over first: those tasks ended.)
   bool run_successors(detail::Slot* s) noexcept {
+    detail::RetireBatch retired;
     while (s != nullptr) {
       stat_kept.add();
       s->state.store(TaskState::Running, std::memory_order_relaxed);
       if (core_.trace_level.load(std::memory_order_relaxed) >= detail::kTraceDeps) [[unlikely]] {
         trace_event(detail::TraceKind::Dispatch, *s, trace_track, Outcome::Success);
       }
-      if (!run_task(*s, 0, local_)) return false;
+      if (!run_task(*s, 0, local_)) {
+        core_.flush_retired(retired);
+        return false;
+      }
       stat_lane.count(local_.outcome);
-      detail::Slot* next = complete_here(*s, local_, true);
+      detail::Slot* next = complete_here(*s, local_, true, &retired);
       settle_signal();
-      if (next == nullptr && core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1)
-        core_.orch_wake.notify_all();
+      if (next == nullptr) {
+        core_.flush_retired(retired);
+        if (core_.lane_local.fetch_sub(1, std::memory_order_seq_cst) == 1)
+          core_.orch_wake.notify_all();
+      }
       s = next;
     }
     return true;
@@ -513,7 +526,8 @@ class WorkerThread : public detail::LaneCore {
   /// instead of adding one: two locked RMWs on a shared line less per hop of a chain. A chain
   /// of 50k tasks submitted before its first task runs (bench_engine's engine_run_only shape)
   /// went from 116-128 to 104-118 ns/hop over 8 alternations.
-  detail::Slot* complete_here(detail::Slot& s, const Result& r, bool counted = false) noexcept {
+  detail::Slot* complete_here(detail::Slot& s, const Result& r, bool counted = false,
+                              detail::RetireBatch* retired = nullptr) noexcept {
     stat_tasks.count(r.outcome);
     if (r.outcome == Outcome::TaskFailure || r.outcome == Outcome::EndpointFailure) {
       core_.fail_run(r.outcome, name, r.callable, r.fault.message, r.fault.kind, r.fault.code);
@@ -521,21 +535,24 @@ class WorkerThread : public detail::LaneCore {
     detail::Slot* keep = nullptr;
     bool handed_over = false;
     const bool traced = core_.trace_level.load(std::memory_order_relaxed) >= detail::kTraceDeps;
-    core_.complete(s, r.outcome != Outcome::Success, [&](detail::Slot& c) {
-      if (traced) [[unlikely]]
-        trace_event(detail::TraceKind::Ready, c, 0, Outcome::Success);
-      if (keep == nullptr && runnable_here(c)) {
-        keep = &c;
-        // Counted before this task's completion is published, so the run's fence cannot see
-        // an idle engine while the successor is about to run. A kept `s` is still counted
-        // until run_successors gives the count back, after this.
-        if (!counted) core_.lane_local.fetch_add(1, std::memory_order_seq_cst);
-      } else {
-        c.state.store(TaskState::Ready, std::memory_order_relaxed);
-        core_.ready_inbox.push(&c);
-        handed_over = true;
-      }
-    });
+    core_.complete(
+        s, r.outcome != Outcome::Success,
+        [&](detail::Slot& c) {
+          if (traced) [[unlikely]]
+            trace_event(detail::TraceKind::Ready, c, 0, Outcome::Success);
+          if (keep == nullptr && runnable_here(c)) {
+            keep = &c;
+            // Counted before this task's completion is published, so the run's fence cannot see
+            // an idle engine while the successor is about to run. A kept `s` is still counted
+            // until run_successors gives the count back, after this.
+            if (!counted) core_.lane_local.fetch_add(1, std::memory_order_seq_cst);
+          } else {
+            c.state.store(TaskState::Ready, std::memory_order_relaxed);
+            core_.ready_inbox.push(&c);
+            handed_over = true;
+          }
+        },
+        retired);
     if (handed_over) owe_signal_ = true;
     return keep;
   }

@@ -78,6 +78,18 @@ class RunState {
   std::atomic<bool> cancelled_{false};
 };
 
+/// Slots whose last reference one thread dropped, linked through Slot::next, to be handed to
+/// the Orchestrator together: one CAS on retire_inbox per batch instead of one per slot. The
+/// Orchestrator drains that inbox while it runs its passes, so each push took the line from its
+/// core; in a lane's streak of kept successors (a chain) that push was a quarter of the lane's
+/// samples. Owned by one thread; whoever fills one flushes it before anything could wait for
+/// what it holds (EngineCore::flush_retired).
+struct RetireBatch {
+  Slot* first = nullptr;
+  Slot* last = nullptr;
+  std::uint32_t count = 0;
+};
+
 /// Everything the three components share.
 ///
 /// Laid out by writer: each field written per task sits on cache lines of its own, away from the
@@ -167,6 +179,8 @@ struct EngineCore {
 
   // ---- Written only while the Orchestrator waits (heap space, the task window).
   static constexpr std::uint32_t kRetireBatch = 32;
+  /// Slots a lane's streak of kept successors holds before it hands them over (RetireBatch).
+  static constexpr std::uint32_t kLaneRetireBatch = 16;
   alignas(kCacheLine) std::atomic<std::uint32_t> retired_since_wake{0};
   std::atomic<std::uint32_t> window_done{0};
 
@@ -198,19 +212,36 @@ struct EngineCore {
   }
 
   /// Drops one reference on `s`; when it was the last, hands the slot to the Orchestrator to
-  /// retire (it owns the TensorMap, the heap rings and the free list). Any thread but the
-  /// Orchestrator's.
-  void release_ref(Slot& s) noexcept {
+  /// retire (it owns the TensorMap, the heap rings and the free list), or adds it to `batch`
+  /// when one is given (see RetireBatch). Any thread but the Orchestrator's.
+  void release_ref(Slot& s, RetireBatch* batch = nullptr) noexcept {
     if (s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       s.state.store(TaskState::Consumed, std::memory_order_relaxed);
-      retire_inbox.push(&s);
-      // Batched: waking the Orchestrator for every freed slot would make it ping-pong one
-      // allocation at a time. The scheduler also wakes it when it goes idle.
-      if (heap_waiting.load(std::memory_order_seq_cst) &&
-          retired_since_wake.fetch_add(1, std::memory_order_relaxed) + 1 >= kRetireBatch) {
-        retired_since_wake.store(0, std::memory_order_relaxed);
-        orch_wake.notify_all();
+      if (batch == nullptr) {
+        hand_retired(&s, &s, 1);
+        return;
       }
+      s.next = batch->first;
+      batch->first = &s;
+      if (batch->last == nullptr) batch->last = &s;
+      if (++batch->count == kLaneRetireBatch) flush_retired(*batch);
+    }
+  }
+  /// Hands what `batch` holds to the Orchestrator and empties it.
+  void flush_retired(RetireBatch& batch) noexcept {
+    if (batch.count == 0) return;
+    hand_retired(batch.first, batch.last, batch.count);
+    batch = RetireBatch{};
+  }
+  /// Pushes the retired slots first -> ... -> last (`count` of them) to retire_inbox.
+  void hand_retired(Slot* first, Slot* last, std::uint32_t count) noexcept {
+    retire_inbox.push_chain(first, last);
+    // Batched: waking the Orchestrator for every freed slot would make it ping-pong one
+    // allocation at a time. The scheduler also wakes it when it goes idle.
+    if (heap_waiting.load(std::memory_order_seq_cst) &&
+        retired_since_wake.fetch_add(count, std::memory_order_relaxed) + count >= kRetireBatch) {
+      retired_since_wake.store(0, std::memory_order_relaxed);
+      orch_wake.notify_all();
     }
   }
 
@@ -256,8 +287,10 @@ struct EngineCore {
   /// `on_ready(consumer)` for each consumer this made ready. Safe on any engine thread (the
   /// Orchestrator's too, in a scheduler pass: see SchedulerCore::try_pass); `s` must not be
   /// touched afterwards.
+  /// `batch`: where slots whose last reference this drops go (release_ref); null hands each
+  /// over at once.
   template <class OnReady>
-  void complete(Slot& s, bool failed, OnReady&& on_ready) noexcept {
+  void complete(Slot& s, bool failed, OnReady&& on_ready, RetireBatch* batch = nullptr) noexcept {
     s.state.store(failed ? TaskState::Failed : TaskState::Completed, std::memory_order_relaxed);
     s.failed.store(failed, std::memory_order_relaxed);  // published by the exchange below
     // seq_cst, like the window_waiting load below: an Orchestrator that starts waiting after
@@ -271,10 +304,11 @@ struct EngineCore {
       if (c.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) on_ready(c);
       e = next;
     }
-    for (TaskSlot h : s.holds) release_ref(pool.at(h));
-    release_ref(s);  // last touch of `s`
+    for (TaskSlot h : s.holds) release_ref(pool.at(h), batch);
+    release_ref(s, batch);  // last touch of `s`
     // Counted after its own reference went, so the Orchestrator's pass retires it at once.
     if (window_waiting.load(std::memory_order_seq_cst)) [[unlikely]] {
+      if (batch != nullptr) flush_retired(*batch);
       if (window_done.fetch_add(1, std::memory_order_seq_cst) + 1 ==
           window_wake_at.load(std::memory_order_relaxed))
         orch_wake.notify_all();

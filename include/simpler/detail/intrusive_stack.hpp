@@ -19,6 +19,14 @@ class IntrusiveStack {
     } while (!head_.compare_exchange_weak(head, n, std::memory_order_seq_cst,
                                           std::memory_order_relaxed));
   }
+  /// Pushes the chain first -> ... -> last (already linked through Next) with one CAS.
+  void push_chain(Node* first, Node* last) noexcept {
+    Node* head = head_.load(std::memory_order_relaxed);
+    do {
+      last->*Next = head;
+    } while (!head_.compare_exchange_weak(head, first, std::memory_order_seq_cst,
+                                          std::memory_order_relaxed));
+  }
   [[nodiscard]] bool empty() const noexcept {
     return head_.load(std::memory_order_seq_cst) == nullptr;
   }
