@@ -491,9 +491,15 @@ class WorkerThread : public detail::LaneCore {
   ///
   /// The slots the streak frees go to the Orchestrator in batches (detail::RetireBatch), the
   /// last one before lane_local is given back, so the run's fence never sees an idle engine
-  /// with a retirement still held here. (A kept successor carries no deadline this lane is
-  /// watched for, see runnable_here, so run_task does not abandon the lane in a streak; were it
-  /// to, the batch is still handed over first: those tasks ended.)
+  /// with a retirement still held here, and before the next task starts whenever the
+  /// Orchestrator waits for slots or heap bytes. That leaves one window: the Orchestrator starts
+  /// waiting after that check, while the task runs, and the task does not end until the
+  /// orchestration goes on (a kernel waiting for a later submit, outside the task model). Then
+  /// up to 15 finished tasks stay unretired until the task ends, and a wait that only they could
+  /// end lasts until heap_wait (a TimeoutError), where each used to be retired at once. (A kept
+  /// successor carries no deadline this lane is watched for, see runnable_here, so run_task
+  /// does not abandon the lane in a streak; were it to, the batch is still handed over first:
+  /// those tasks ended.)
   bool run_successors(detail::Slot* s) noexcept {
     detail::RetireBatch retired;
     while (s != nullptr) {
@@ -501,6 +507,12 @@ class WorkerThread : public detail::LaneCore {
       s->state.store(TaskState::Running, std::memory_order_relaxed);
       if (core_.trace_level.load(std::memory_order_relaxed) >= detail::kTraceDeps) [[unlikely]] {
         trace_event(detail::TraceKind::Dispatch, *s, trace_track, Outcome::Success);
+      }
+      // The Orchestrator waits for slots or heap bytes: what the batch holds goes to it before
+      // a task that might take long (or wait for the orchestration itself) starts.
+      if (retired.count != 0 && (core_.heap_waiting.load(std::memory_order_relaxed) ||
+                                 core_.window_waiting.load(std::memory_order_relaxed))) {
+        core_.flush_retired(retired);
       }
       prefetch_consumer(*s);
       if (!run_task(*s, 0, local_)) {
