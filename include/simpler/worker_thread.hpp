@@ -492,11 +492,11 @@ class WorkerThread : public detail::LaneCore {
   /// The slots the streak frees go to the Orchestrator in batches (detail::RetireBatch), the
   /// last one before lane_local is given back, so the run's fence never sees an idle engine
   /// with a retirement still held here, and before the next task starts whenever the
-  /// Orchestrator waits for slots or heap bytes. That leaves one window: the Orchestrator starts
-  /// waiting after that check, while the task runs, and the task does not end until the
-  /// orchestration goes on (a kernel waiting for a later submit, outside the task model). Then
-  /// up to 15 finished tasks stay unretired until the task ends, and a wait that only they could
-  /// end lasts until heap_wait (a TimeoutError), where each used to be retired at once. (A kept
+  /// Orchestrator waits for slots or heap bytes (its spin looks at the inbox, and these count
+  /// towards the kRetireBatch retirements that wake it from a heap wait), so a long task does
+  /// not hold them. A task that waits for the orchestration to go on is outside the task model:
+  /// an Orchestrator asleep in a heap wait then stays asleep with or without the batch, as it
+  /// is woken only every kRetireBatch retirements or when the Scheduler idles. (A kept
   /// successor carries no deadline this lane is watched for, see runnable_here, so run_task
   /// does not abandon the lane in a streak; were it to, the batch is still handed over first:
   /// those tasks ended.)
