@@ -491,15 +491,12 @@ class WorkerThread : public detail::LaneCore {
   ///
   /// The slots the streak frees go to the Orchestrator in batches (detail::RetireBatch), the
   /// last one before lane_local is given back, so the run's fence never sees an idle engine
-  /// with a retirement still held here, and before the next task starts whenever the
-  /// Orchestrator waits for slots or heap bytes (its spin looks at the inbox, and these count
-  /// towards the kRetireBatch retirements that wake it from a heap wait), so a long task does
-  /// not hold them. A task that waits for the orchestration to go on is outside the task model:
-  /// an Orchestrator asleep in a heap wait then stays asleep with or without the batch, as it
-  /// is woken only every kRetireBatch retirements or when the Scheduler idles. (A kept
-  /// successor carries no deadline this lane is watched for, see runnable_here, so run_task
-  /// does not abandon the lane in a streak; were it to, the batch is still handed over first:
-  /// those tasks ended.)
+  /// with a retirement still held here. Otherwise a batch waits at most 15 tasks of the
+  /// streak: an Orchestrator asleep in a heap wait is woken only every kRetireBatch retirements
+  /// or when the Scheduler idles anyway, and one waiting for its task window is woken by
+  /// completions, before which complete() flushes. (A kept successor carries no deadline this
+  /// lane is watched for, see runnable_here, so run_task does not abandon the lane in a streak;
+  /// were it to, the batch is still handed over first: those tasks ended.)
   bool run_successors(detail::Slot* s) noexcept {
     detail::RetireBatch retired;
     while (s != nullptr) {
@@ -507,12 +504,6 @@ class WorkerThread : public detail::LaneCore {
       s->state.store(TaskState::Running, std::memory_order_relaxed);
       if (core_.trace_level.load(std::memory_order_relaxed) >= detail::kTraceDeps) [[unlikely]] {
         trace_event(detail::TraceKind::Dispatch, *s, trace_track, Outcome::Success);
-      }
-      // The Orchestrator waits for slots or heap bytes: what the batch holds goes to it before
-      // a task that might take long (or wait for the orchestration itself) starts.
-      if (retired.count != 0 && (core_.heap_waiting.load(std::memory_order_relaxed) ||
-                                 core_.window_waiting.load(std::memory_order_relaxed))) {
-        core_.flush_retired(retired);
       }
       prefetch_consumer(*s);
       if (!run_task(*s, 0, local_)) {

@@ -12,13 +12,7 @@ namespace simpler::detail {
 template <class Node, Node* Node::*Next>
 class IntrusiveStack {
  public:
-  void push(Node* n) noexcept {
-    Node* head = head_.load(std::memory_order_relaxed);
-    do {
-      n->*Next = head;
-    } while (!head_.compare_exchange_weak(head, n, std::memory_order_seq_cst,
-                                          std::memory_order_relaxed));
-  }
+  void push(Node* n) noexcept { push_chain(n, n); }
   /// Pushes the chain first -> ... -> last (already linked through Next) with one CAS.
   void push_chain(Node* first, Node* last) noexcept {
     Node* head = head_.load(std::memory_order_relaxed);
