@@ -703,7 +703,8 @@ void peer_ratios(const sb::Report& rep, const std::string& sc,
 int run(int argc, char** argv) {
   sb::Options opt = sb::parse_options(
       argc, argv,
-      "Engine (2 thread sub workers) vs libgomp, libomp and oneTBB (2 threads); scenarios a-d.");
+      "Engine (2 thread sub workers) vs libgomp, libomp and oneTBB (2 threads); scenarios a-d.",
+      {"a", "a_oversub4", "t", "a1", "b", "c10k", "c100k", "d1", "d2"});
   // Every runtime spins a while after its last task (libgomp: up to GOMP_SPINCOUNT; libomp:
   // KMP_BLOCKTIME, 10 ms as the helper is started); on two cores a still-spinning runtime would
   // slow the next contender down. Let it fall asleep.
@@ -745,7 +746,7 @@ int run(int argc, char** argv) {
   Engine e;
 
   // a: independent empty tasks.
-  {
+  if (opt.wants("a")) {
     const std::uint32_t n = sz.independent;
     verify_independent(e, sz, n);
     const std::string sc = "a_independent_" + count_label(n);
@@ -758,7 +759,7 @@ int run(int argc, char** argv) {
     peer_ratios(rep, sc, cs);
   }
   // a_oversub4: scenario a with twice as many threads as cores; must not collapse.
-  {
+  if (opt.wants("a_oversub4")) {
     const std::uint32_t n = sz.independent;
     Engine e4(4);
     verify_independent(e4, sz, n);
@@ -781,7 +782,7 @@ int run(int argc, char** argv) {
   }
   // t: what tracing costs when on (the untraced row is scenario a's path: tracing off costs one
   // relaxed load and a predictable branch per recording point).
-  {
+  if (opt.wants("t")) {
     const std::uint32_t n = sz.independent;
     char tmpl[] = "/tmp/bench-engine-trace-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) fail("t: mkdtemp failed");
@@ -797,7 +798,7 @@ int run(int argc, char** argv) {
     ::rmdir(dir.c_str());
   }
   // a1: independent tasks with one private output each.
-  {
+  if (opt.wants("a1")) {
     const std::uint32_t n = sz.independent;
     const std::string sc = "a1_independent_out_" + count_label(n);
     row_probe();
@@ -809,7 +810,7 @@ int run(int argc, char** argv) {
     peer_ratios(rep, sc, cs);
   }
   // b: chain.
-  {
+  if (opt.wants("b")) {
     const std::uint32_t n = sz.chain;
     const std::string sc = "b_chain_" + count_label(n);
     row_probe();
@@ -841,7 +842,9 @@ int run(int argc, char** argv) {
   // c: fan-out / fan-in, small and big.
   std::string fan_scenarios[2];
   const std::uint32_t fan_sizes[2] = {sz.fan_small, sz.fan_big};
+  const char* const fan_tags[2] = {"c10k", "c100k"};  // named by their full sizes
   for (int k = 0; k < 2; ++k) {
+    if (!opt.wants(fan_tags[k])) continue;
     const std::uint32_t n = fan_sizes[k];
     const std::string sc = "c_fan_" + count_label(n);
     fan_scenarios[k] = sc;
@@ -869,6 +872,7 @@ int run(int argc, char** argv) {
   // d: random tagged DAGs (2 Input + 1 InOut per task), write-after-read ordered by everyone.
   const std::pair<const char*, sb::DagSpec> dags[2] = {{"d1", sz.dag_small}, {"d2", sz.dag_big}};
   for (const auto& [tag, spec] : dags) {
+    if (!opt.wants(tag)) continue;
     auto g = std::make_shared<const sb::Dag>(sb::make_dag(spec));
     const std::string sc =
         fmt::format("{}_dag_{}_over_{}", tag, count_label(spec.tasks), count_label(spec.buffers));

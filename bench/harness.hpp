@@ -15,7 +15,8 @@
 // switch latency modes, so a figure is only comparable with figures taken under a similar probe.
 //
 // Flags: --tiny (very small sizes, no warm-up, 1 repetition: a CI smoke run), --reps N,
-//        --gap-ms N (sleep between contender runs), --csv-only (print only the csv lines), --help.
+//        --gap-ms N (sleep between contender runs), --csv-only (print only the csv lines), --help,
+//        and where the program names its rows, --only ROW[,ROW...] (run only those rows).
 #pragma once
 
 #include <fmt/format.h>
@@ -46,21 +47,34 @@ struct Options {
   int warmup = 2;         ///< unmeasured repetitions per contender before the measured ones
   int gap_ms = -1;        ///< sleep between two contender runs; -1 = the program's default
   bool reps_given = false;
+  std::vector<std::string> only;  ///< rows to run (--only); empty = every row
+
+  /// Whether --only lets row `tag` run.
+  bool wants(const std::string& tag) const {
+    return only.empty() || std::find(only.begin(), only.end(), tag) != only.end();
+  }
 };
 
-/// Parses the common flags. Prints usage and exits on --help or an unknown flag.
-inline Options parse_options(int argc, char** argv, const char* what = "") {
+/// Parses the common flags. Prints usage and exits on --help or an unknown flag. `rows` names
+/// the rows --only may pick; a program that passes none takes no --only.
+inline Options parse_options(int argc, char** argv, const char* what = "",
+                             const std::vector<std::string>& rows = {}) {
   Options o;
+  std::string row_list;
+  for (const std::string& r : rows) row_list += (row_list.empty() ? "" : ",") + r;
   auto usage = [&](FILE* f) {
     std::fprintf(f,
-                 "usage: %s [--tiny] [--reps N] [--gap-ms N] [--csv-only]\n%s%s"
+                 "usage: %s [--tiny] [--reps N] [--gap-ms N] [--csv-only]%s\n%s%s"
                  "  --tiny      very small sizes, no warm-up, 1 repetition (CI smoke run)\n"
                  "  --reps N    measured repetitions per contender (default 7)\n"
                  "  --gap-ms N  sleep N ms between two contender runs (lets spinning threads of\n"
                  "              the previous contender go to sleep first)\n"
                  "  --csv-only  print only the csv,<scenario>,<contender>,<metric>,<median>,"
-                 "<p99>,<reps> lines\n",
-                 argc > 0 ? argv[0] : "bench", what, *what != '\0' ? "\n" : "");
+                 "<p99>,<reps> lines\n%s%s%s",
+                 argc > 0 ? argv[0] : "bench", rows.empty() ? "" : " [--only ROWS]", what,
+                 *what != '\0' ? "\n" : "",
+                 rows.empty() ? "" : "  --only ROWS run only these rows, comma-separated, of: ",
+                 row_list.c_str(), rows.empty() ? "" : "\n");
   };
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
@@ -85,6 +99,20 @@ inline Options parse_options(int argc, char** argv, const char* what = "") {
         std::exit(2);
       }
       o.gap_ms = static_cast<int>(n);
+    } else if (std::strcmp(a, "--only") == 0 && !rows.empty() && i + 1 < argc) {
+      const std::string list = argv[++i];
+      std::size_t from = 0;
+      while (from <= list.size()) {
+        const std::size_t comma = std::min(list.find(',', from), list.size());
+        std::string tag = list.substr(from, comma - from);
+        if (std::find(rows.begin(), rows.end(), tag) == rows.end()) {
+          std::fprintf(stderr, "--only: no row '%s'; the rows are %s\n", tag.c_str(),
+                       row_list.c_str());
+          std::exit(2);
+        }
+        o.only.push_back(std::move(tag));
+        from = comma + 1;
+      }
     } else if (std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0) {
       usage(stdout);
       std::exit(0);
