@@ -330,11 +330,11 @@ class OrderedIndex {
     Node* x = root_;
     while (!x->leaf) {
       auto* in = static_cast<Inner*>(x);
-      prefetch<sizeof(in->keys)>(in->keys);
+      prefetch<sizeof(Inner)>(in);
       x = in->kids[upper(in->keys, in->n, k)];
     }
     auto* l = static_cast<Leaf*>(x);
-    prefetch<sizeof(l->keys)>(l->keys);
+    prefetch<sizeof(Leaf)>(l);
     return l;
   }
 
