@@ -39,6 +39,7 @@
 #include "simpler/detail/ordered_index.hpp"
 #include "simpler/detail/ready_ring.hpp"
 #include "simpler/detail/ring_buffer.hpp"
+#include "simpler/detail/slot.hpp"
 #include "simpler/detail/small_vec.hpp"
 #include "support/child_wait.hpp"
 #include "support/gate.hpp"
@@ -1286,6 +1287,63 @@ TEST_CASE("a heavy fence orders a light side's store before its load", "[contain
   for (std::uint32_t r = 1; r <= kRounds; ++r)
     both_old += light_saw[r - 1] < r && heavy_saw[r - 1] < r;
   CHECK(both_old == 0);
+}
+
+// ---- SlotPool: the free list's order
+
+using simpler::TaskSlot;
+
+namespace {
+
+/// The ids of the next n slots alloc() hands out (they stay allocated).
+std::vector<TaskSlot> take(simpler::detail::SlotPool& pool, std::size_t n) {
+  std::vector<TaskSlot> ids;
+  for (std::size_t i = 0; i < n; ++i) ids.push_back(pool.alloc().id);
+  return ids;
+}
+
+std::vector<TaskSlot> ascending(std::size_t n) {
+  std::vector<TaskSlot> ids(n);
+  std::iota(ids.begin(), ids.end(), TaskSlot{0});
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("a fresh SlotPool hands out slots in id order", "[containers][slots]") {
+  simpler::detail::SlotPool pool;
+  CHECK(take(pool, 300) == ascending(300));
+}
+
+TEST_CASE("a SlotPool scattered by frees out of order is put back in id order once all are free",
+          "[containers][slots]") {
+  simpler::detail::SlotPool pool;
+  const std::vector<TaskSlot> first = take(pool, 1024);
+  REQUIRE(first == ascending(1024));
+  std::vector<TaskSlot> order = first;
+  std::shuffle(order.begin(), order.end(), std::mt19937(7));
+  // All but one go back out of order: with a slot live, the order is left alone.
+  for (std::size_t i = 0; i + 1 < order.size(); ++i) pool.free(pool.at(order[i]));
+  pool.restore_order();
+  const std::vector<TaskSlot> mid = take(pool, 8);
+  CHECK(mid != ascending(8));
+  for (const TaskSlot id : mid) pool.free(pool.at(id));
+  pool.free(pool.at(order.back()));
+  REQUIRE(pool.live() == 0);
+  pool.restore_order();
+  CHECK(take(pool, 1024) == ascending(1024));
+  CHECK(pool.capacity() == 1024);
+}
+
+TEST_CASE("a SlotPool freed in id order keeps its list as it is", "[containers][slots]") {
+  simpler::detail::SlotPool pool;
+  const std::vector<TaskSlot> ids = take(pool, 512);
+  // Freed in id order, the list hands the same slots out again from the last one down (a LIFO
+  // of neighbours: no jump, no restore).
+  for (const TaskSlot id : ids) pool.free(pool.at(id));
+  pool.restore_order();
+  std::vector<TaskSlot> down(ids.rbegin(), ids.rend());
+  CHECK(take(pool, 512) == down);
 }
 
 }  // namespace simpler_test_containers

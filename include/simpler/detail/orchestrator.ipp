@@ -1294,6 +1294,7 @@ inline int OrchestratorBase::finish_run() noexcept {
   // at retire). The next run starts from an empty map.
   tmap_.clear();
   tmap_sweep_at_ = kTensorMapSweepMin;
+  core_.pool.restore_order();
   in_run_.store(false, std::memory_order_release);
   return left_open;
 }

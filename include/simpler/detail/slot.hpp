@@ -187,8 +187,25 @@ class SlotPool {
     return at(id);
   }
   void free(Slot& s) noexcept {
+    // A slot freed next to the one freed before it (either way) keeps the list in runs that
+    // alloc() hands out at neighbouring addresses; any other is a jump.
+    if (!free_.empty() && s.id + 1 != free_.back() && s.id != free_.back() + 1) ++jumps_;
     free_.push_back(s.id);  // capacity reserved for every slot ever created: cannot throw
     --live_;
+  }
+  /// With every slot free, puts the free list back in id order (alloc() then hands out ids
+  /// 0, 1, 2, ...: neighbouring addresses) once 64 slots, and one in 64 of all, were freed out
+  /// of order since the last time (where in the list they went is not known: a few may be what
+  /// the next run takes first). Tasks that finish out of order scatter the list, and a
+  /// later chain then walks its slots at random: the lane's miss on each consumer's line is one
+  /// no hardware prefetcher predicts (a 10k InOut chain ran 100 -> 200 ns/hop after 8 runs of
+  /// 100k independent tasks). O(capacity), at most 64 entries per jump. Orchestrator only,
+  /// between runs.
+  void restore_order() noexcept {
+    if (live_ != 0 || jumps_ < 64 || jumps_ * 64 < free_.size()) return;
+    const auto n = static_cast<TaskSlot>(free_.size());
+    for (TaskSlot i = 0; i < n; ++i) free_[i] = n - 1 - i;
+    jumps_ = 0;
   }
   [[nodiscard]] std::uint32_t live() const noexcept { return live_; }
   /// No free slot left: the next alloc() adds a chunk.
@@ -214,6 +231,7 @@ class SlotPool {
   std::uint32_t chunk_count_ = 0;
   alignas(kCacheLine) std::uint32_t live_ = 0;
   std::vector<TaskSlot> free_;
+  std::size_t jumps_ = 0;  // frees out of order since the last restore_order()
 };
 
 /// Slots handed between threads (ready inbox, retire inbox).
