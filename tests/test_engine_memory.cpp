@@ -170,8 +170,8 @@ TEST_CASE("a run after tasks that finished out of order gets its slots in id ord
   std::int64_t word = 0;
   const auto held = [&] { return make_tensor(&word, {1}, DataType::Int64); };
   // One task holds a lane and every other task reads what it writes, so those wait for it,
-  // while the tasks in between run and retire: the slots come back odd ones first, then the
-  // others in whatever order the two lanes finish them.
+  // while the tasks in between run and retire: every other slot comes back first, then the
+  // rest in whatever order the two lanes finish them.
   constexpr int kPairs = 1500;
   w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
     {
