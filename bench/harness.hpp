@@ -47,10 +47,15 @@ struct Options {
   int warmup = 2;         ///< unmeasured repetitions per contender before the measured ones
   int gap_ms = -1;        ///< sleep between two contender runs; -1 = the program's default
   bool reps_given = false;
+  std::vector<std::string> rows;  ///< the rows the program declared to parse_options
   std::vector<std::string> only;  ///< rows to run (--only); empty = every row
 
-  /// Whether --only lets row `tag` run.
+  /// Whether --only lets row `tag` run. A tag the program did not declare is its own bug (that
+  /// row could never be picked): it throws, so any run of the program, --tiny included, finds it.
   bool wants(const std::string& tag) const {
+    if (std::find(rows.begin(), rows.end(), tag) == rows.end())
+      throw std::logic_error("bench: row '" + tag +
+                             "' is not among the rows passed to parse_options");
     return only.empty() || std::find(only.begin(), only.end(), tag) != only.end();
   }
 };
@@ -60,6 +65,7 @@ struct Options {
 inline Options parse_options(int argc, char** argv, const char* what = "",
                              const std::vector<std::string>& rows = {}) {
   Options o;
+  o.rows = rows;
   std::string row_list;
   for (const std::string& r : rows) row_list += (row_list.empty() ? "" : ",") + r;
   auto usage = [&](FILE* f) {
