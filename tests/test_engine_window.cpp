@@ -5,10 +5,14 @@
 // when a task fails meanwhile. Tasks accepted before any of these still run.
 #include <catch2/catch.hpp>
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -397,6 +401,85 @@ TEST_CASE("WorkerOptions::task_window out of range is refused", "[engine][window
   CHECK_THROWS_MATCHES(Worker(o), UsageError, WhatContains("WorkerOptions::task_window is 0"));
   o.task_window = (std::uint32_t{1} << 24) + 1;
   CHECK_THROWS_MATCHES(Worker(o), UsageError, WhatContains("it must be 1..16777216"));
+}
+
+namespace {
+
+/// The scheduling state ('R', 'S', ...) of thread `tid` of this process ('?' if unreadable).
+char thread_state(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+}
+
+}  // namespace
+
+TEST_CASE("a lane's run of kept successors gives its finished slots to a window wait at once",
+          "[engine][window]") {
+  // A lane running successors it made ready itself hands their slots to the Orchestrator in
+  // batches (RetireBatch), but at once while the Orchestrator waits for its task window
+  // (EngineCore::complete). Here the batch is the only way the window can open: c2..c4 of the
+  // chain end on that lane after their scope ended, c5, which follows them there, waits for a
+  // task submitted only once the window has room, and every other task alive owns heap bytes of
+  // the open scope. Held until the batch fills, their slots would keep the window full until
+  // heap_wait.
+  WorkerOptions opts = window_options(2, 8);  // a wait ends with 2 free places
+  opts.heap_wait = std::chrono::milliseconds(2000);
+  Worker w(opts);
+  std::int64_t x = 0;
+  Gate chain_may_start;
+  Gate tail_released;
+  std::atomic<pid_t> orch_tid{0};
+  auto step = w.register_sub("step", [](TaskArgsView) {});
+  auto first = w.register_sub("first", [&](TaskArgsView) { chain_may_start.wait(); });
+  // Returns once the Orchestrator sleeps in its window wait (counted once its flag is up; the
+  // only sleep after that count is the wait itself).
+  auto until_waiting = w.register_sub("until_waiting", [&](TaskArgsView) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (w.stats().window_waits == 0 || thread_state(orch_tid.load()) != 'S') {
+      if (std::chrono::steady_clock::now() > end)
+        throw std::runtime_error("the Orchestrator never slept in its window wait");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  auto tail = w.register_sub(
+      "tail", [&](TaskArgsView) { tail_released.wait(std::chrono::milliseconds(4000)); });
+  auto release = w.register_sub("release", [&](TaskArgsView) { tail_released.open(); });
+  auto owner = w.register_sub("owner", [](TaskArgsView) {});
+  w.init();
+  const auto on_x = [&] {
+    return TaskArgs().add_tensor(make_tensor(&x, {1}, DataType::Int64), TensorArgType::InOut);
+  };
+  std::uint32_t live_at_wait = 0;
+  CHECK_NOTHROW(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    orch_tid = ::gettid();
+    // The chain runs on sub worker 0, everything else on 1 (not queued behind c5).
+    // c1 owns heap bytes, so it keeps its place until the run ends, like the owners below.
+    o.submit_sub(
+        first,
+        on_x().add_tensor(make_tensor(nullptr, {16}, DataType::Float32), TensorArgType::Output), 0);
+    {
+      auto inner = o.scope();  // ends before c2 starts: the lane drops their last references
+      o.submit_sub(step, on_x(), 0);
+      o.submit_sub(step, on_x(), 0);
+      o.submit_sub(until_waiting, on_x(), 0);
+    }
+    o.submit_sub(tail, on_x(), 0);
+    chain_may_start.open();
+    for (int i = 0; i < 3; ++i) {
+      o.submit_sub(owner,
+                   TaskArgs().add_tensor(make_tensor(nullptr, {16}, DataType::Float32),
+                                         TensorArgType::Output),
+                   1);
+    }
+    live_at_wait = o.live_tasks();
+    o.submit_sub(release, {}, 1);  // waits for the window
+  }));
+  CHECK(live_at_wait == 8);  // the submit above had to wait
+  CHECK(tail_released.is_open());
+  CHECK(w.stats().window_waits >= 1);
 }
 
 }  // namespace simpler_test_engine_window

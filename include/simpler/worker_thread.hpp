@@ -494,7 +494,9 @@ class WorkerThread : public detail::LaneCore {
   /// with a retirement still held here. Otherwise a batch waits at most 15 tasks of the
   /// streak: an Orchestrator asleep in a heap wait is woken only every kRetireBatch retirements
   /// or when the Scheduler idles anyway, and one waiting for its task window is woken by
-  /// completions, before which complete() flushes. (A kept successor carries no deadline this
+  /// completions, before which complete() flushes (a wait that starts while a task of the
+  /// streak runs gets the batch when that task ends: test_engine_window.cpp has the case where
+  /// nothing else could open the window). (A kept successor carries no deadline this
   /// lane is watched for, see runnable_here, so run_task does not abandon the lane in a streak;
   /// were it to, the batch is still handed over first: those tasks ended.)
   bool run_successors(detail::Slot* s) noexcept {

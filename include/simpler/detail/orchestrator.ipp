@@ -938,7 +938,6 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
   };
   compact_open_frames();
   if (roomy()) return;
-  core_.stats.window_waits.add();
   bool run_bound = false;
   const auto deadline = submit_wait_deadline(run_bound);
   // While this is set, finishing tasks are counted; the one that completes a quarter of the
@@ -952,6 +951,8 @@ inline void OrchestratorBase::wait_for_window(const char* api) {
     }
     ~Waiting() { flag.store(false, std::memory_order_relaxed); }
   } waiting(core_.window_waiting);
+  // Counted once the flag is up: a test that sees the count knows completions now flush.
+  core_.stats.window_waits.add();
   bool compacted = false;  // the tick path below just compacted
   for (;;) {
     // Tasks that finished before the flag was up are seen here (complete() closes its consumer
