@@ -84,6 +84,13 @@ inline Options parse_options(int argc, char** argv, const char* what = "",
   };
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
+    const bool takes_value = std::strcmp(a, "--reps") == 0 || std::strcmp(a, "--gap-ms") == 0 ||
+                             (std::strcmp(a, "--only") == 0 && !rows.empty());
+    if (takes_value && i + 1 == argc) {
+      std::fprintf(stderr, "%s wants a value after it\n", a);
+      usage(stderr);
+      std::exit(2);
+    }
     if (std::strcmp(a, "--tiny") == 0) {
       o.tiny = true;
     } else if (std::strcmp(a, "--csv-only") == 0) {
