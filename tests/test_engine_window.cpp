@@ -5,14 +5,12 @@
 // when a task fails meanwhile. Tasks accepted before any of these still run.
 #include <catch2/catch.hpp>
 
-#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -25,6 +23,7 @@
 #include "support/gate.hpp"
 #include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
+#include "support/thread_states.hpp"
 
 // The file's own namespace: the unity build compiles several test files as one unit, and
 // their file-local names and using-directives must not meet (tests/CMakeLists.txt).
@@ -402,19 +401,6 @@ TEST_CASE("WorkerOptions::task_window out of range is refused", "[engine][window
   o.task_window = (std::uint32_t{1} << 24) + 1;
   CHECK_THROWS_MATCHES(Worker(o), UsageError, WhatContains("it must be 1..16777216"));
 }
-
-namespace {
-
-/// The scheduling state ('R', 'S', ...) of thread `tid` of this process ('?' if unreadable).
-char thread_state(pid_t tid) {
-  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
-  std::string line;
-  std::getline(f, line);
-  const auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
-}
-
-}  // namespace
 
 TEST_CASE("a lane's run of kept successors gives its finished slots to a window wait at once",
           "[engine][window]") {

@@ -22,6 +22,7 @@
 #include "support/gate.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
+#include "support/thread_states.hpp"
 
 // The file's own namespace: the unity build compiles several test files as one unit, and
 // their file-local names and using-directives must not meet (tests/CMakeLists.txt).
@@ -517,6 +518,56 @@ TEST_CASE("a heap-ring wait ends at its deadline or the run's, whichever comes f
   opts.heap_wait = std::chrono::milliseconds(120'000);  // far beyond the test's timeout
   opts.run_timeout = 200ms;
   CHECK_THAT(held_ring_timeout(opts), Contains("run passed its deadline of 200 ms"));
+}
+
+TEST_CASE("a heap-ring wait takes bytes a task gave back while other work keeps running",
+          "[hardening][heap]") {
+  // A wait for heap bytes is woken per 32 retirements, or when the scheduler goes idle: with a
+  // lane busy the whole time and a single retirement, it must still notice the bytes (it looks
+  // again every few ms) instead of sleeping until heap_wait fails the submit.
+  WorkerOptions opts = thread_options(2);
+  opts.heap_ring_size = 64 * 1024;
+  opts.heap_wait = 3s;
+  Worker w(opts);
+  Gate run_may_end;
+  std::atomic<bool> about_to_alloc{false};
+  std::atomic<pid_t> orch_tid{0};
+  auto busy = w.register_sub("busy", [&](TaskArgsView) { run_may_end.wait(); });
+  // Returns (and so gives its 60 KiB back) once the orchestration sleeps for want of them.
+  auto holds = w.register_sub("holds", [&](TaskArgsView) {
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (!about_to_alloc.load() || thread_state(orch_tid.load()) != 'S') {
+      if (std::chrono::steady_clock::now() > end)
+        throw std::runtime_error("the orchestration never waited for heap bytes");
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  w.init();
+  std::chrono::milliseconds waited{0};
+  CHECK(run_error(w, [&](Orchestrator& o) {
+          orch_tid = ::gettid();
+          o.submit_sub(busy, TaskArgs(), 1);
+          {
+            auto s = o.scope();
+            o.submit_sub(holds,
+                         TaskArgs().add_tensor(make_tensor(nullptr, {60 * 1024}, DataType::UInt8),
+                                               TensorArgType::Output),
+                         0);
+          }
+          auto s = o.scope();
+          const auto t0 = std::chrono::steady_clock::now();
+          about_to_alloc = true;  // from here the only sleep is the heap wait
+          try {
+            o.alloc({32 * 1024}, DataType::UInt8);
+          } catch (...) {
+            run_may_end.open();
+            throw;
+          }
+          waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - t0);
+          run_may_end.open();
+        }).empty());
+  CHECK(waited < 1s);
 }
 
 TEST_CASE("timeouts too long for the clock mean no deadline, not an instant one",

@@ -291,7 +291,8 @@ class OrchestratorBase {
   std::array<std::vector<TaskSlot>, kMaxScopeDepth> frames_;
   /// A frame is compacted (its finished tasks give their slots back) when it reaches this size.
   static constexpr std::size_t kFrameCompactMin = 1024;
-  /// How often a submit waiting for a quarter of the task window looks for any free slot.
+  /// How often a submit waiting for a quarter of the task window looks for any free slot, and
+  /// one waiting for heap bytes looks for retirements it was not woken for.
   static constexpr std::chrono::milliseconds kWindowTick{10};
   std::array<std::size_t, kMaxScopeDepth> frame_compact_at_{};
   /// Per heap ring, its next allocation sequence when the outermost scope still open that uses

@@ -34,6 +34,15 @@ inline std::vector<char> other_thread_states() {
   return out;
 }
 
+/// The state ('R', 'S', ...) of thread `tid` of this process ('?' when it cannot be read).
+inline char thread_state(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+}
+
 /// True once every other thread of this process is blocked in the kernel ('S') within
 /// `limit`: a runtime whose threads kept spinning while idle fails it.
 inline bool other_threads_fall_asleep(std::chrono::milliseconds limit) {

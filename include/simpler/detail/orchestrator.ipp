@@ -868,11 +868,16 @@ inline detail::HeapRing::Allocation OrchestratorBase::heap_alloc(int ring, std::
   for (;;) {
     drain_retired();
     if (auto a = h.try_alloc(bytes)) return *a;
+    // Retirements wake this thread per kRetireBatch, or when the Scheduler goes idle: a few
+    // bytes given back while other tasks keep the workers busy would wake it only at the
+    // deadline (a 10 s stall by default). So it also looks every kWindowTick.
+    const auto tick = std::min(deadline, std::chrono::steady_clock::now() + kWindowTick);
     const bool woke = core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); },
-                                            core_.timing.spin, deadline);
+                                            core_.timing.spin, tick);
     if (!woke) {
       drain_retired();
       if (auto a = h.try_alloc(bytes)) return *a;
+      if (std::chrono::steady_clock::now() < deadline) continue;
       if (run_bound) check_run_deadline();
       throw TimeoutError(fmt::format(
           "Orchestrator::{}: heap ring {} (scope depth {}, {} bytes, {} live allocations) stayed "
