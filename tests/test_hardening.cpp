@@ -570,6 +570,62 @@ TEST_CASE("a heap-ring wait takes bytes a task gave back while other work keeps 
   CHECK(waited < 1s);
 }
 
+TEST_CASE("a lane's run of kept successors gives its finished heap owners to a heap wait",
+          "[hardening][heap]") {
+  // The heap-ring twin of the window case in test_engine_window.cpp: c2..c4 of a chain own the
+  // ring's bytes, end on their lane after their scope ended, and c5, which follows them there,
+  // waits for a task submitted only once the bytes are back. The lane must hand their slots
+  // over while the orchestration waits, not only when its batch fills or the chain ends.
+  WorkerOptions opts = thread_options(2);
+  opts.heap_ring_size = 64 * 1024;
+  opts.heap_wait = 2s;
+  Worker w(opts);
+  std::int64_t x = 0;
+  Gate chain_may_start;
+  Gate tail_released;
+  std::atomic<bool> about_to_alloc{false};
+  std::atomic<pid_t> orch_tid{0};
+  auto first = w.register_sub("first", [&](TaskArgsView) { chain_may_start.wait(); });
+  auto step = w.register_sub("step", [](TaskArgsView) {});
+  auto until_waiting = w.register_sub("until_waiting", [&](TaskArgsView) {
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (!about_to_alloc.load() || thread_state(orch_tid.load()) != 'S') {
+      if (std::chrono::steady_clock::now() > end)
+        throw std::runtime_error("the orchestration never waited for heap bytes");
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  auto tail = w.register_sub("tail", [&](TaskArgsView) { tail_released.wait(4000ms); });
+  auto release = w.register_sub("release", [&](TaskArgsView) { tail_released.open(); });
+  w.init();
+  const auto on_x = [&] {
+    return TaskArgs().add_tensor(make_tensor(&x, {1}, DataType::Int64), TensorArgType::InOut);
+  };
+  const auto owning = [&] {
+    return on_x().add_tensor(make_tensor(nullptr, {20 * 1024}, DataType::UInt8),
+                             TensorArgType::Output);
+  };
+  CHECK(run_error(w, [&](Orchestrator& o) {
+          orch_tid = ::gettid();
+          o.submit_sub(first, on_x(), 0);  // the chain runs on sub worker 0
+          {
+            auto s = o.scope();  // heap ring 1; ends before c2 starts
+            o.submit_sub(step, owning(), 0);
+            o.submit_sub(step, owning(), 0);
+            o.submit_sub(until_waiting, owning(), 0);
+          }
+          o.submit_sub(tail, on_x(), 0);
+          chain_may_start.open();
+          {
+            auto s = o.scope();     // heap ring 1 again: 60 of its 64 KiB are c2..c4's
+            about_to_alloc = true;  // from here the only sleep is the heap wait
+            o.alloc({32 * 1024}, DataType::UInt8);
+          }
+          o.submit_sub(release, TaskArgs(), 1);
+        }).empty());
+  CHECK(tail_released.is_open());
+}
+
 TEST_CASE("timeouts too long for the clock mean no deadline, not an instant one",
           "[hardening][deadline]") {
   WorkerOptions opts = thread_options(1);

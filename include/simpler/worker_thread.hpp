@@ -492,13 +492,12 @@ class WorkerThread : public detail::LaneCore {
   /// The slots the streak frees go to the Orchestrator in batches (detail::RetireBatch), the
   /// last one before lane_local is given back, so the run's fence never sees an idle engine
   /// with a retirement still held here. Otherwise a batch waits at most 15 tasks of the
-  /// streak: an Orchestrator asleep in a heap wait is woken only every kRetireBatch retirements
-  /// or when the Scheduler idles anyway, and one waiting for its task window is woken by
-  /// completions, before which complete() flushes (a wait that starts while a task of the
-  /// streak runs gets the batch when that task ends: test_engine_window.cpp has the case where
-  /// nothing else could open the window). (A kept successor carries no deadline this
-  /// lane is watched for, see runnable_here, so run_task does not abandon the lane in a streak;
-  /// were it to, the batch is still handed over first: those tasks ended.)
+  /// streak, and none while the Orchestrator waits for heap bytes or its task window:
+  /// complete() then flushes at each completion (a wait that starts while a task of the streak
+  /// runs gets the batch when that task ends; test_engine_window.cpp and test_hardening.cpp
+  /// have the cases where nothing else could end the wait). (A kept successor carries no deadline
+  /// this lane is watched for, see runnable_here, so run_task does not abandon the lane in a
+  /// streak; were it to, the batch is still handed over first: those tasks ended.)
   bool run_successors(detail::Slot* s) noexcept {
     detail::RetireBatch retired;
     while (s != nullptr) {
