@@ -423,12 +423,9 @@ TEST_CASE("a lane's run of kept successors gives its finished slots to a window 
   // Returns once the Orchestrator sleeps in its window wait (counted once its flag is up; the
   // only sleep after that count is the wait itself).
   auto until_waiting = w.register_sub("until_waiting", [&](TaskArgsView) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (w.stats().window_waits == 0 || thread_state(orch_tid.load()) != 'S') {
-      if (std::chrono::steady_clock::now() > end)
-        throw std::runtime_error("the Orchestrator never slept in its window wait");
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    await_asleep(
+        orch_tid, [&] { return w.stats().window_waits != 0; },
+        "the Orchestrator never slept in its window wait");
   });
   auto tail = w.register_sub(
       "tail", [&](TaskArgsView) { tail_released.wait(std::chrono::milliseconds(4000)); });

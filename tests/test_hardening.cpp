@@ -535,12 +535,9 @@ TEST_CASE("a heap-ring wait takes bytes a task gave back while other work keeps 
   auto busy = w.register_sub("busy", [&](TaskArgsView) { run_may_end.wait(); });
   // Returns (and so gives its 60 KiB back) once the orchestration sleeps for want of them.
   auto holds = w.register_sub("holds", [&](TaskArgsView) {
-    const auto end = std::chrono::steady_clock::now() + 10s;
-    while (!about_to_alloc.load() || thread_state(orch_tid.load()) != 'S') {
-      if (std::chrono::steady_clock::now() > end)
-        throw std::runtime_error("the orchestration never waited for heap bytes");
-      std::this_thread::sleep_for(1ms);
-    }
+    await_asleep(
+        orch_tid, [&] { return about_to_alloc.load(); },
+        "the orchestration never waited for heap bytes");
   });
   w.init();
   std::chrono::milliseconds waited{0};
@@ -588,12 +585,9 @@ TEST_CASE("a lane's run of kept successors gives its finished heap owners to a h
   auto first = w.register_sub("first", [&](TaskArgsView) { chain_may_start.wait(); });
   auto step = w.register_sub("step", [](TaskArgsView) {});
   auto until_waiting = w.register_sub("until_waiting", [&](TaskArgsView) {
-    const auto end = std::chrono::steady_clock::now() + 10s;
-    while (!about_to_alloc.load() || thread_state(orch_tid.load()) != 'S') {
-      if (std::chrono::steady_clock::now() > end)
-        throw std::runtime_error("the orchestration never waited for heap bytes");
-      std::this_thread::sleep_for(1ms);
-    }
+    await_asleep(
+        orch_tid, [&] { return about_to_alloc.load(); },
+        "the orchestration never waited for heap bytes");
   });
   auto tail = w.register_sub("tail", [&](TaskArgsView) { tail_released.wait(4000ms); });
   auto release = w.register_sub("release", [&](TaskArgsView) { tail_released.open(); });

@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/gate.hpp"
@@ -41,6 +44,18 @@ inline char thread_state(pid_t tid) {
   std::getline(f, line);
   const auto close = line.rfind(')');
   return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+}
+
+/// Returns once `armed()` holds and thread `tid` is then blocked in the kernel ('S'): for a
+/// task that must end only while the orchestration sleeps in some wait (`armed` tells that the
+/// orchestration got past every other sleep). Throws `what` after 10 s.
+template <class Armed>
+void await_asleep(const std::atomic<pid_t>& tid, Armed armed, const char* what) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!armed() || thread_state(tid.load()) != 'S') {
+    if (std::chrono::steady_clock::now() > end) throw std::runtime_error(what);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 /// True once every other thread of this process is blocked in the kernel ('S') within
