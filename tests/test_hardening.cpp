@@ -20,6 +20,7 @@
 
 #include "support/child_modes.hpp"
 #include "support/gate.hpp"
+#include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
 #include "support/thread_states.hpp"
@@ -618,6 +619,61 @@ TEST_CASE("a lane's run of kept successors gives its finished heap owners to a h
           o.submit_sub(release, TaskArgs(), 1);
         }).empty());
   CHECK(tail_released.is_open());
+}
+
+TEST_CASE("a task that fails while submit waits for heap bytes ends the wait with its error",
+          "[hardening][heap][failure]") {
+  WorkerOptions opts = thread_options(2);
+  opts.heap_ring_size = 64 * 1024;
+  opts.heap_wait = 5s;
+  Worker w(opts);
+  Gate first;   // the failing task's
+  Gate second;  // the byte owner's: opened once the waiting alloc threw (or after 3 s)
+  std::atomic<bool> about_to_alloc{false};
+  std::atomic<pid_t> orch_tid{0};
+  auto fails = w.register_sub("fails", [&](TaskArgsView) {
+    first.wait();
+    throw std::runtime_error("boom while the heap was full");
+  });
+  auto holds = w.register_sub("holds", [&](TaskArgsView) { second.wait(); });
+  w.init();
+  std::jthread opener([&] {
+    // The failure lands while the alloc sleeps in its heap wait (10 s at most).
+    try {
+      await_asleep(
+          orch_tid, [&] { return about_to_alloc.load(); }, "no heap wait");
+    } catch (const std::exception&) {
+    }
+    first.open();
+    for (int i = 0; i < 300 && !second.is_open(); ++i) std::this_thread::sleep_for(10ms);
+    second.open();
+  });
+  std::string caught;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_MATCHES(w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    orch_tid = ::gettid();
+    o.submit_sub(fails, TaskArgs(), 1);
+    {
+      auto s = o.scope();  // heap ring 1: its 60 KiB come back only when `holds` ends
+      o.submit_sub(holds,
+                   TaskArgs().add_tensor(make_tensor(nullptr, {60 * 1024}, DataType::UInt8),
+                                         TensorArgType::Output),
+                   0);
+    }
+    auto s = o.scope();
+    about_to_alloc = true;
+    try {
+      o.alloc({32 * 1024}, DataType::UInt8);
+    } catch (const TaskError& e) {
+      caught = e.what();
+      second.open();
+      throw;
+    }
+    second.open();
+  }),
+                       TaskError, WhatContains("boom while the heap was full"));
+  CHECK_THAT(caught, Contains("boom while the heap was full"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2500ms);
 }
 
 TEST_CASE("timeouts too long for the clock mean no deadline, not an instant one",

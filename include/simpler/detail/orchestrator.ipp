@@ -868,6 +868,9 @@ inline detail::HeapRing::Allocation OrchestratorBase::heap_alloc(int ring, std::
   for (;;) {
     drain_retired();
     if (auto a = h.try_alloc(bytes)) return *a;
+    // A task failed meanwhile: the run ends with its error, as a window wait does, rather than
+    // after the bytes come back or heap_wait passes.
+    if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
     // Retirements wake this thread per kRetireBatch, or when the Scheduler goes idle: a few
     // bytes given back while other tasks keep the workers busy would wake it only at the
     // deadline (a 10 s stall by default). So it also looks every kWindowTick.
