@@ -871,16 +871,7 @@ inline detail::HeapRing::Allocation OrchestratorBase::heap_alloc(int ring, std::
     // A task failed meanwhile: the run ends with its error, as a window wait does, rather than
     // after the bytes come back or heap_wait passes.
     if (core_.run.failed()) std::rethrow_exception(core_.run.first_error());
-    // Retirements wake this thread per kRetireBatch, or when the Scheduler goes idle: a few
-    // bytes given back while other tasks keep the workers busy would wake it only at the
-    // deadline (a 10 s stall by default). So it also looks every kWindowTick.
-    const auto tick = std::min(deadline, std::chrono::steady_clock::now() + kWindowTick);
-    const bool woke = core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); },
-                                            core_.timing.spin, tick);
-    if (!woke) {
-      drain_retired();
-      if (auto a = h.try_alloc(bytes)) return *a;
-      if (std::chrono::steady_clock::now() < deadline) continue;
+    if (std::chrono::steady_clock::now() >= deadline) {
       if (run_bound) check_run_deadline();
       throw TimeoutError(fmt::format(
           "Orchestrator::{}: heap ring {} (scope depth {}, {} bytes, {} live allocations) stayed "
@@ -889,6 +880,11 @@ inline detail::HeapRing::Allocation OrchestratorBase::heap_alloc(int ring, std::
           api, ring, depth_, h.size(), h.live_allocations(), core_.timing.heap_wait.count(),
           bytes));
     }
+    // Retirements wake this thread per kRetireBatch, or when the Scheduler goes idle: a few
+    // bytes given back while other tasks keep the workers busy would wake it only at the
+    // deadline (a 10 s stall by default). So it also looks again every kWindowTick.
+    core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
+                          std::min(deadline, std::chrono::steady_clock::now() + kWindowTick));
   }
 }
 
