@@ -306,16 +306,16 @@ struct EngineCore {
     }
     for (TaskSlot h : s.holds) release_ref(pool.at(h), batch);
     release_ref(s, batch);  // last touch of `s`
-    // An Orchestrator waiting for heap bytes looks at what was handed over every few ms: the
-    // slots a lane's streak holds (and their bytes) go now, not when the batch fills or the
-    // streak ends (after a successor that may run for long, or wait for this very submit).
-    if (batch != nullptr && batch->count != 0 && heap_waiting.load(std::memory_order_relaxed))
+    // An Orchestrator waiting for its task window or for heap bytes gets the slots a lane's
+    // streak holds (and their bytes) now, not when the batch fills or the streak ends (after a
+    // successor that may run for long, or wait for that very submit).
+    const bool window_wait = window_waiting.load(std::memory_order_seq_cst);
+    if (batch != nullptr && (window_wait || heap_waiting.load(std::memory_order_relaxed)))
         [[unlikely]] {
       flush_retired(*batch);
     }
     // Counted after its own reference went, so the Orchestrator's pass retires it at once.
-    if (window_waiting.load(std::memory_order_seq_cst)) [[unlikely]] {
-      if (batch != nullptr) flush_retired(*batch);
+    if (window_wait) [[unlikely]] {
       if (window_done.fetch_add(1, std::memory_order_seq_cst) + 1 ==
           window_wake_at.load(std::memory_order_relaxed))
         orch_wake.notify_all();
