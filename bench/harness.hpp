@@ -86,7 +86,7 @@ inline Options parse_options(int argc, char** argv, const char* what = "",
     const char* a = argv[i];
     const bool takes_value = std::strcmp(a, "--reps") == 0 || std::strcmp(a, "--gap-ms") == 0 ||
                              (std::strcmp(a, "--only") == 0 && !rows.empty());
-    if (takes_value && i + 1 == argc) {
+    if (takes_value && i + 1 == argc) {  // so the branches below may read argv[i + 1]
       std::fprintf(stderr, "%s wants a value after it\n", a);
       usage(stderr);
       std::exit(2);
@@ -95,7 +95,7 @@ inline Options parse_options(int argc, char** argv, const char* what = "",
       o.tiny = true;
     } else if (std::strcmp(a, "--csv-only") == 0) {
       o.csv_only = true;
-    } else if (std::strcmp(a, "--reps") == 0 && i + 1 < argc) {
+    } else if (std::strcmp(a, "--reps") == 0) {
       char* end = nullptr;
       const long n = std::strtol(argv[++i], &end, 10);
       if (end == nullptr || *end != '\0' || n < 1 || n > 100000) {
@@ -104,7 +104,7 @@ inline Options parse_options(int argc, char** argv, const char* what = "",
       }
       o.reps = static_cast<int>(n);
       o.reps_given = true;
-    } else if (std::strcmp(a, "--gap-ms") == 0 && i + 1 < argc) {
+    } else if (std::strcmp(a, "--gap-ms") == 0) {
       char* end = nullptr;
       const long n = std::strtol(argv[++i], &end, 10);
       if (end == nullptr || *end != '\0' || n < 0 || n > 10000) {
@@ -112,7 +112,7 @@ inline Options parse_options(int argc, char** argv, const char* what = "",
         std::exit(2);
       }
       o.gap_ms = static_cast<int>(n);
-    } else if (std::strcmp(a, "--only") == 0 && !rows.empty() && i + 1 < argc) {
+    } else if (std::strcmp(a, "--only") == 0 && !rows.empty()) {
       const std::string list = argv[++i];
       std::size_t from = 0;
       while (from <= list.size()) {
