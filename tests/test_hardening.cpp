@@ -521,15 +521,23 @@ TEST_CASE("a heap-ring wait ends at its deadline or the run's, whichever comes f
   CHECK_THAT(held_ring_timeout(opts), Contains("run passed its deadline of 200 ms"));
 }
 
+namespace {
+/// Two thread sub workers and heap rings of 64 KiB, so a 60 KiB output and a 32 KiB alloc do not
+/// fit at once; a submit waits for bytes up to `heap_wait`.
+WorkerOptions two_subs_small_ring(std::chrono::milliseconds heap_wait) {
+  WorkerOptions opts = thread_options(2);
+  opts.heap_ring_size = 64 * 1024;
+  opts.heap_wait = heap_wait;
+  return opts;
+}
+}  // namespace
+
 TEST_CASE("a heap-ring wait takes bytes a task gave back while other work keeps running",
           "[hardening][heap]") {
   // A wait for heap bytes is woken per 32 retirements, or when the scheduler goes idle: with a
   // lane busy the whole time and a single retirement, it must still notice the bytes (it looks
   // again every few ms) instead of sleeping until heap_wait fails the submit.
-  WorkerOptions opts = thread_options(2);
-  opts.heap_ring_size = 64 * 1024;
-  opts.heap_wait = 3s;
-  Worker w(opts);
+  Worker w(two_subs_small_ring(3s));
   Gate run_may_end;
   std::atomic<bool> about_to_alloc{false};
   std::atomic<pid_t> orch_tid{0};
@@ -574,10 +582,7 @@ TEST_CASE("a lane's run of kept successors gives its finished heap owners to a h
   // ring's bytes, end on their lane after their scope ended, and c5, which follows them there,
   // waits for a task submitted only once the bytes are back. The lane must hand their slots
   // over while the orchestration waits, not only when its batch fills or the chain ends.
-  WorkerOptions opts = thread_options(2);
-  opts.heap_ring_size = 64 * 1024;
-  opts.heap_wait = 2s;
-  Worker w(opts);
+  Worker w(two_subs_small_ring(2s));
   std::int64_t x = 0;
   Gate chain_may_start;
   Gate tail_released;
@@ -623,10 +628,7 @@ TEST_CASE("a lane's run of kept successors gives its finished heap owners to a h
 
 TEST_CASE("a task that fails while submit waits for heap bytes ends the wait with its error",
           "[hardening][heap][failure]") {
-  WorkerOptions opts = thread_options(2);
-  opts.heap_ring_size = 64 * 1024;
-  opts.heap_wait = 5s;
-  Worker w(opts);
+  Worker w(two_subs_small_ring(5s));
   Gate first;   // the failing task's
   Gate second;  // the byte owner's: opened once the waiting alloc threw (or after 3 s)
   std::atomic<bool> about_to_alloc{false};
