@@ -75,22 +75,37 @@ TEST_CASE("a group runs all its members at the same time on the workers it names
   auto fn = w.register_orch("fn", [](OrchestratorBase&, TaskArgsView, const CallConfig&) {});
   for (int i = 0; i < 3; ++i) w.add_next_level(RecordingLeaf(log, i));
   w.init();
+  // The members meet (so they run at the same time), then hold until the Orchestrator has
+  // looked at the consumer: no member can end before that look, whatever the timing.
   Rendezvous members(2);
+  Gate release;
+  std::atomic<int> members_done{0};
+  std::atomic<int> done_when_consumer_ran{-1};
   log.on(fn.digest, [&](const LeafRequest& r, int) {
-    if (r.args.scalar_count > 0 && r.args.scalar(0) < 2) members.arrive_and_wait();
+    if (r.args.scalar_count == 0) return;
+    if (r.args.scalar(0) < 2) {
+      members.arrive_and_wait();
+      release.wait();
+      members_done.fetch_add(1);
+    } else {
+      done_when_consumer_ran = members_done.load();
+    }
   });
   std::int64_t x = 0;
+  TaskState consumer_while_held = TaskState::Free;
   w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
     std::vector<TaskArgs> args(2);
     args[0].add_tensor(make_tensor(&x, {1}, DataType::Int64), TensorArgType::InOut).add_scalar(0);
     args[1].add_scalar(1);
-    const auto g = o.submit_next_level_group(fn, std::move(args), default_call_config(), {2, 0});
-    // A consumer of the group waits for both members.
+    o.submit_next_level_group(fn, std::move(args), default_call_config(), {2, 0});
+    // A consumer of the group waits for both members, though worker 1 is idle.
     const auto after = o.submit_next_level(
         fn, TaskArgs().add_tensor(make_tensor(&x, {1}, DataType::Int64)).add_scalar(9));
-    CHECK(o.state_of(after.slot_id) != TaskState::Completed);
-    (void)g;
+    consumer_while_held = o.state_of(after.slot_id);
+    release.open();
   });
+  CHECK(consumer_while_held == TaskState::Pending);
+  CHECK(done_when_consumer_ran == 2);
   const auto e = log.entries();
   REQUIRE(e.size() == 3);
   std::set<std::pair<int, std::uint64_t>> placed;
