@@ -2,6 +2,10 @@
 // tasks next to sub tasks, in threads and in forked processes.
 #include <catch2/catch.hpp>
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -14,6 +18,7 @@
 
 #include "support/child_modes.hpp"
 #include "support/chip_modules.hpp"
+#include "support/gate.hpp"
 #include "support/matchers.hpp"
 #include "support/shared_arena.hpp"
 
@@ -115,6 +120,45 @@ TEMPLATE_TEST_CASE("two chip children run at the same time, each on its own devi
   CHECK(out[0] == 100);
   CHECK(out[1] == 101);
   w.close();
+}
+
+// A chip lane in this process counts as every core while it runs a task
+// (WorkerThread::kAwakeWeight = AwakeThreads::kCrowd): the simulated device's own threads spin
+// beside it, counted, if at all, in the device runtime's copy of the count. So every engine
+// spinner of the process yields its core while a chip runs; a chip lane that counted 1 would
+// leave the process looking uncrowded on two cores.
+TEST_CASE("a chip lane in threads counts as every core while its chip runs a task",
+          "[chip][l3][sim][idle]") {
+  using detail::AwakeThreads;
+  const int before = AwakeThreads::count();
+  SharedArena arena;
+  auto& counter = arena.one<std::int32_t>(0);
+  auto out = arena.make<std::int64_t>(1, 0);
+  Worker w(chip_options<InThreads>({0}, 0));
+  const auto meet = w.register_chip(chipw_callable("meet", "meet"));
+  w.init();
+  int running = 0;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    TaskArgs a;
+    // The kernel waits until two parties arrived: this one, then the orchestration's below.
+    a.add_tensor(make_tensor(&counter, {1}, DataType::Int32), TensorArgType::NoDep)
+        .add_tensor(make_tensor(out.data(), {1}, DataType::Int64), TensorArgType::OutputExisting)
+        .add_scalar(2)
+        .add_scalar(7);
+    o.submit_next_level(meet, std::move(a), default_call_config(), 0);
+    std::atomic_ref<std::int32_t> arrived(counter);
+    REQUIRE(eventually([&] { return arrived.load() == 1; }));
+    running = AwakeThreads::count();
+    CHECK(AwakeThreads::crowded());
+    arrived.fetch_add(1);
+    ::syscall(SYS_futex, &counter, FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
+  });
+  CHECK(out[0] == 7);
+  CHECK(running >= before + AwakeThreads::kCrowd);
+  // Asleep again, the lane's weight is off the count.
+  CHECK(eventually([&] { return AwakeThreads::count() < before + AwakeThreads::kCrowd; }));
+  w.close();
+  CHECK(AwakeThreads::count() == before);
 }
 
 TEMPLATE_TEST_CASE("a failing chip task fails the run with a TaskError naming the chip",

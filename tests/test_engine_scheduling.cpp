@@ -253,6 +253,37 @@ TEMPLATE_TEST_CASE("an idle initialised Worker has every thread asleep and out o
   CHECK(AwakeThreads::count() == before);  // every member has gone
 }
 
+// A lane counts its weight (WorkerThread::kAwakeWeight) while it runs a task: a thread sub
+// worker's lane counts 1, itself. With the scheduler thread asleep and the run's thread counted
+// in `before`, the count is then exactly before + 1; a lane that counted 2 (the weight of a lane
+// with a forked child) would make every spinner of a one-lane Worker yield on two cores.
+TEST_CASE("a thread sub worker's lane counts one awake thread while it runs a task",
+          "[engine][idle]") {
+  using detail::AwakeThreads;
+  const int before = AwakeThreads::count();
+  Worker w(thread_options(1));
+  Gate release;
+  std::atomic<bool> started{false};
+  auto hold = w.register_sub("hold", [&](TaskArgsView) {
+    started = true;
+    release.wait();
+  });
+  w.init();
+  int seen = 0;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_sub(hold);
+    REQUIRE(eventually([&] { return started.load(); }));
+    // The scheduler thread may be awake for a moment (its pass, its idle tick): wait for the
+    // count to settle at the lane's share.
+    eventually([&] { return AwakeThreads::count() == before + 1; });
+    seen = AwakeThreads::count();
+    release.open();
+  });
+  CHECK(seen == before + 1);
+  w.close();
+  CHECK(AwakeThreads::count() == before);
+}
+
 TEST_CASE("child memory is keyed per next-level worker", "[engine][scheduling][tensormap]") {
   RecordLog log;
   TestWorker w(thread_options(0));
