@@ -2,9 +2,12 @@
 // lifetime (WorkerOptions::trace_path, SIMPLER_TRACE), across nested Workers and forked children.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#include <fmt/format.h>
 
 #include <simpler/simpler.hpp>
 
@@ -259,6 +262,45 @@ TEST_CASE("failed and skipped tasks appear once with their outcome", "[trace][fa
   CHECK(tr.flow_edges(l3, 1) == std::set<std::pair<long long, long long>>{{1, 2}});
   CHECK(tr.flows_bound());
   w.close();
+}
+
+// The renderer looks tasks up by id in a dense table when the ids are dense (1..n per run), and
+// in sorted ids otherwise (a child's records are not trusted to be dense). Both must give a
+// task its Submit's callable, its slice, and the flows between slices; these ids are 2^31 apart.
+TEST_CASE("trace records with task ids far apart render like dense ones", "[trace]") {
+  for (const std::uint32_t stride : {1u, 1u << 31}) {
+    INFO("stride " << stride);
+    const std::uint32_t a = 1;
+    const std::uint32_t b = a + stride;
+    detail::TraceProcess p;
+    p.name = "L3";
+    p.run = 7;
+    p.tracks = {"orchestrator", "scheduler", "sub 0"};
+    p.callables = {"make \"x\"", "use"};
+    const auto ev = [](detail::TraceKind k, std::uint32_t task, std::int64_t t0, std::int64_t t1,
+                       std::uint32_t arg, std::uint16_t track) {
+      detail::TraceEvent e;
+      e.kind = k;
+      e.task = task;
+      e.t0 = t0;
+      e.t1 = t1;
+      e.arg = arg;
+      e.track = track;
+      return e;
+    };
+    using K = detail::TraceKind;
+    p.events = {ev(K::Submit, a, 1000, 0, 0, 0), ev(K::Submit, b, 2000, 0, 1, 0),
+                ev(K::Edge, b, 0, 64, a, 0),     ev(K::Run, a, 3000, 5000, 0, 2),
+                ev(K::Run, b, 6000, 9000, 0, 2), ev(K::Ready, 9, 7000, 0, 0, 1)};
+    const std::string json = detail::render_chrome_trace({p});
+    CHECK_THAT(json, Contains(R"("name":"make \"x\"","pid":1,"tid":3,"ts":3.000,"dur":2.000)"));
+    CHECK_THAT(
+        json, Contains(fmt::format(
+                  R"("name":"use","pid":1,"tid":3,"ts":6.000,"dur":3.000,"args":{{"task":{})", b)));
+    CHECK_THAT(json,
+               Contains(fmt::format(R"("ts":4.999,"args":{{"from":{},"to":{},"run":7,)", a, b)));
+    CHECK_THAT(json, Contains(R"("name":"ready task 9")"));  // never submitted: named by id
+  }
 }
 
 TEST_CASE("a full trace buffer drops and counts events instead of failing", "[trace]") {

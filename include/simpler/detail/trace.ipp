@@ -7,10 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -144,9 +147,14 @@ inline bool shift_trace_records(std::vector<std::byte>& blob, std::int64_t delta
 }
 
 namespace trace_json {
-inline void escape(std::string& out, std::string_view s) {
-  out += '"';
-  for (const char c : s) {
+/// Appends `s` as a JSON string body (no quotes): runs of plain characters in one append.
+inline void escape_body(std::string& out, std::string_view s) {
+  std::size_t plain = 0;  // start of the run not yet appended
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.data() + plain, i - plain);
+    plain = i + 1;
     switch (c) {
       case '"':
         out += "\\\"";
@@ -161,21 +169,21 @@ inline void escape(std::string& out, std::string_view s) {
         out += "\\t";
         break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-        } else {
-          out += c;
-        }
+        fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
     }
   }
+  out.append(s.data() + plain, s.size() - plain);
+}
+inline void escape(std::string& out, std::string_view s) {
+  out += '"';
+  escape_body(out, s);
   out += '"';
 }
-/// Microseconds with nanosecond precision, as Chrome's "ts" and "dur" want them.
-inline std::string us(std::int64_t ns) {
-  const bool neg = ns < 0;
-  const std::uint64_t a = neg ? static_cast<std::uint64_t>(-ns) : static_cast<std::uint64_t>(ns);
-  return fmt::format("{}{}.{:03}", neg ? "-" : "", a / 1000, a % 1000);
-}
+/// Microseconds with nanosecond precision, as Chrome's "ts" and "dur" want them (a format
+/// argument: fmt::formatter<trace_json::Us> below).
+struct Us {
+  std::int64_t ns;
+};
 inline const char* outcome_name(std::uint8_t o) {
   switch (static_cast<Outcome>(o)) {
     case Outcome::Success:
@@ -189,12 +197,74 @@ inline const char* outcome_name(std::uint8_t o) {
   }
   return "unknown";
 }
+/// Per-task state of one process's records, indexed by task id: a dense array when the ids are
+/// (they are 1..n per run), sorted ids otherwise (records from a child are not trusted to be).
+template <class T>
+class TaskTable {
+ public:
+  explicit TaskTable(const std::vector<TraceEvent>& events) {
+    std::uint64_t top = 0;
+    for (const TraceEvent& e : events) {
+      top = std::max<std::uint64_t>(top, std::max(e.task, e.kind == TraceKind::Edge ? e.arg : 0));
+    }
+    if (top < 2 * events.size() + 64) {
+      dense_ = true;
+      rows_.resize(top + 1);
+      return;
+    }
+    for (const TraceEvent& e : events) ids_.push_back(e.task);
+    std::sort(ids_.begin(), ids_.end());
+    ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
+    rows_.resize(ids_.size());
+  }
+  /// The row of a task some event names as its task (every such id has one).
+  T& at(std::uint32_t task) {
+    if (dense_) return rows_[task];
+    return rows_[static_cast<std::size_t>(std::lower_bound(ids_.begin(), ids_.end(), task) -
+                                          ids_.begin())];
+  }
+  /// The task's row, or null for an id no event names as its task.
+  T* find(std::uint32_t task) {
+    if (dense_) return task < rows_.size() ? &rows_[task] : nullptr;
+    const auto it = std::lower_bound(ids_.begin(), ids_.end(), task);
+    return it != ids_.end() && *it == task ? &rows_[static_cast<std::size_t>(it - ids_.begin())]
+                                           : nullptr;
+  }
+
+ private:
+  bool dense_ = false;
+  std::vector<std::uint32_t> ids_;
+  std::vector<T> rows_;
+};
 }  // namespace trace_json
+
+}  // namespace simpler::detail
+
+template <>
+struct fmt::formatter<simpler::detail::trace_json::Us> {
+  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
+  template <class Ctx>
+  auto format(simpler::detail::trace_json::Us v, Ctx& ctx) const {
+    const bool neg = v.ns < 0;
+    const std::uint64_t a = neg ? std::uint64_t{0} - static_cast<std::uint64_t>(v.ns)
+                                : static_cast<std::uint64_t>(v.ns);
+    return fmt::format_to(ctx.out(), FMT_COMPILE("{}{}.{:03}"), neg ? "-" : "", a / 1000, a % 1000);
+  }
+};
+
+namespace simpler::detail {
 
 inline std::string render_chrome_trace(const std::vector<TraceProcess>& processes) {
   using trace_json::escape;
-  using trace_json::us;
+  using trace_json::escape_body;
+  using Us = trace_json::Us;
   std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+  {
+    std::size_t events = 0;
+    for (const TraceProcess& p : processes) events += p.events.size();
+    out.reserve(events * 160 + 4096);  // ~150 bytes per rendered event
+  }
+  const auto to = std::back_inserter(out);
   bool first = true;
   const auto begin_event = [&] {
     if (!first) out += ",\n";
@@ -208,13 +278,16 @@ inline std::string render_chrome_trace(const std::vector<TraceProcess>& processe
     auto [it, fresh] = pids.emplace(name, static_cast<int>(pids.size()) + 1);
     if (fresh) {
       begin_event();
-      out += fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":)",
-                         it->second);
+      fmt::format_to(
+          to, FMT_COMPILE(R"({{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":)"),
+          it->second);
       escape(out, name);
       out += "}}";
       begin_event();
-      out += fmt::format(
-          R"({{"ph":"M","name":"process_sort_index","pid":{},"tid":0,"args":{{"sort_index":{}}}}})",
+      fmt::format_to(
+          to,
+          FMT_COMPILE(
+              R"({{"ph":"M","name":"process_sort_index","pid":{},"tid":0,"args":{{"sort_index":{}}}}})"),
           it->second, it->second);
     }
     return it->second;
@@ -224,13 +297,16 @@ inline std::string render_chrome_trace(const std::vector<TraceProcess>& processe
     if (fresh) {
       it->second = ++next_tid[pid];
       begin_event();
-      out += fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":)",
-                         pid, it->second);
+      fmt::format_to(
+          to, FMT_COMPILE(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":)"),
+          pid, it->second);
       escape(out, name);
       out += "}}";
       begin_event();
-      out += fmt::format(
-          R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})",
+      fmt::format_to(
+          to,
+          FMT_COMPILE(
+              R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})"),
           pid, it->second, it->second);
     }
     return it->second;
@@ -246,31 +322,48 @@ inline std::string render_chrome_trace(const std::vector<TraceProcess>& processe
     const auto track_tid = [&](std::uint16_t t) {
       return t < tid.size() ? tid[t] : tid_of(pid, fmt::format("track {}", t));
     };
-    // Per task: its callable, and where its slice is (for flows).
+    // Per task: its callable, where its slice is (for flows), its tensors (level 4).
+    static constexpr std::uint32_t kNoCallable = ~std::uint32_t{0};
     struct TaskInfo {
-      std::string callable;
+      std::uint32_t callable = kNoCallable;  ///< the Submit's callable index
+      bool submitted = false;
       int tid = 0;
       std::int64_t t0 = 0;
       std::int64_t t1 = -1;  // -1: no slice
+      std::string tensors;
     };
-    std::map<std::uint32_t, TaskInfo> tasks;
+    trace_json::TaskTable<TaskInfo> tasks(p.events);
     for (const TraceEvent& e : p.events) {
       if (e.kind == TraceKind::Submit) {
-        tasks[e.task].callable =
-            e.arg < p.callables.size() ? p.callables[e.arg] : fmt::format("callable {}", e.arg);
+        TaskInfo& info = tasks.at(e.task);
+        info.submitted = true;
+        info.callable = e.arg;
       }
     }
-    const auto name_of = [&](std::uint32_t task) -> std::string {
-      auto it = tasks.find(task);
-      return it != tasks.end() && !it->second.callable.empty() ? it->second.callable
-                                                               : fmt::format("task {}", task);
+    // The task's name as a JSON string body: its callable, else "task <id>" (also for a
+    // callable index the records do not name, or an empty name: as before).
+    const auto name_body = [&](std::uint32_t task) {
+      const TaskInfo* info = tasks.find(task);
+      if (info != nullptr && info->submitted) {
+        if (info->callable < p.callables.size()) {
+          if (!p.callables[info->callable].empty()) {
+            escape_body(out, p.callables[info->callable]);
+            return;
+          }
+        } else {
+          fmt::format_to(to, FMT_COMPILE("callable {}"), info->callable);
+          return;
+        }
+      }
+      fmt::format_to(to, FMT_COMPILE("task {}"), task);
     };
-    std::map<std::uint32_t, std::string> tensors;  // level 4
+    bool any_tensor = false;
     for (const TraceEvent& e : p.events) {
       if (e.kind != TraceKind::Tensor) continue;
-      std::string& s = tensors[e.task];
-      s += fmt::format("{}{} {:#x} {} B", s.empty() ? "" : ", ",
-                       to_string(static_cast<TensorArgType>(e.arg)), e.t0, e.t1);
+      any_tensor = true;
+      std::string& s = tasks.at(e.task).tensors;
+      fmt::format_to(std::back_inserter(s), FMT_COMPILE("{}{} {:#x} {} B"), s.empty() ? "" : ", ",
+                     to_string(static_cast<TensorArgType>(e.arg)), e.t0, e.t1);
     }
     // A chip's kernel slices by chip task (for its flows).
     std::map<std::uint32_t, TaskInfo> kernels;
@@ -287,75 +380,95 @@ inline std::string render_chrome_trace(const std::vector<TraceProcess>& processe
           begin_event();
           if (e.outcome == 1) {  // a kernel: a slice on its core
             TaskInfo& k = kernels[e.task];
-            if (k.t1 < 0) k = {name, t, e.t0, e.t1};
-            out += fmt::format(
-                R"({{"ph":"X","cat":"kernel","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"task":{}}}}})",
-                name, pid, t, us(e.t0), us(e.t1 - e.t0), static_cast<std::int64_t>(e.task) - 1);
+            if (k.t1 < 0) {
+              k.tid = t;
+              k.t0 = e.t0;
+              k.t1 = e.t1;
+            }
+            fmt::format_to(
+                to,
+                FMT_COMPILE(
+                    R"({{"ph":"X","cat":"kernel","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"task":{}}}}})"),
+                name, pid, t, Us{e.t0}, Us{e.t1 - e.t0}, static_cast<std::int64_t>(e.task) - 1);
           } else if (e.t1 > e.t0) {
-            out += fmt::format(
-                R"({{"ph":"X","cat":"chip","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"task":{}}}}})",
-                name, pid, t, us(e.t0), us(e.t1 - e.t0), static_cast<std::int64_t>(e.task) - 1);
+            fmt::format_to(
+                to,
+                FMT_COMPILE(
+                    R"({{"ph":"X","cat":"chip","name":"{}","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"task":{}}}}})"),
+                name, pid, t, Us{e.t0}, Us{e.t1 - e.t0}, static_cast<std::int64_t>(e.task) - 1);
           } else {
-            out += fmt::format(
-                R"({{"ph":"i","s":"t","cat":"chip","name":"{}","pid":{},"tid":{},"ts":{},"args":{{"task":{}}}}})",
-                name, pid, t, us(e.t0), static_cast<std::int64_t>(e.task) - 1);
+            fmt::format_to(
+                to,
+                FMT_COMPILE(
+                    R"({{"ph":"i","s":"t","cat":"chip","name":"{}","pid":{},"tid":{},"ts":{},"args":{{"task":{}}}}})"),
+                name, pid, t, Us{e.t0}, static_cast<std::int64_t>(e.task) - 1);
           }
           break;
         }
         case TraceKind::Submit:
           begin_event();
-          out += fmt::format(R"({{"ph":"i","s":"t","cat":"submit","name":)");
-          escape(out, "submit " + name_of(e.task));
-          out += fmt::format(R"(,"pid":{},"tid":{},"ts":{},"args":{{"task":{},"run":{}}}}})", pid,
-                             t, us(e.t0), e.task, p.run);
+          out += R"({"ph":"i","s":"t","cat":"submit","name":"submit )";
+          name_body(e.task);
+          fmt::format_to(
+              to, FMT_COMPILE(R"(","pid":{},"tid":{},"ts":{},"args":{{"task":{},"run":{}}}}})"),
+              pid, t, Us{e.t0}, e.task, p.run);
           break;
         case TraceKind::Ready:
-        case TraceKind::Dispatch:
+        case TraceKind::Dispatch: {
+          const char* what = e.kind == TraceKind::Ready ? "ready" : "dispatch";
           begin_event();
-          out += fmt::format(R"({{"ph":"i","s":"t","cat":"{}","name":)",
-                             e.kind == TraceKind::Ready ? "ready" : "dispatch");
-          escape(out, fmt::format("{} {}", e.kind == TraceKind::Ready ? "ready" : "dispatch",
-                                  name_of(e.task)));
-          out += fmt::format(R"(,"pid":{},"tid":{},"ts":{},"args":{{"task":{},"run":{})", pid, t,
-                             us(e.t0), e.task, p.run);
+          fmt::format_to(to, FMT_COMPILE(R"({{"ph":"i","s":"t","cat":"{}","name":"{} )"), what,
+                         what);
+          name_body(e.task);
+          fmt::format_to(to,
+                         FMT_COMPILE(R"(","pid":{},"tid":{},"ts":{},"args":{{"task":{},"run":{})"),
+                         pid, t, Us{e.t0}, e.task, p.run);
           if (e.kind == TraceKind::Dispatch) {
             out += ",\"to\":";
-            escape(out, e.arg < p.tracks.size() ? p.tracks[e.arg] : "?");
+            escape(out, e.arg < p.tracks.size() ? std::string_view(p.tracks[e.arg]) : "?");
           }
           out += "}}";
           break;
+        }
         case TraceKind::Run:
         case TraceKind::Skip: {
           const std::int64_t end = e.kind == TraceKind::Run ? e.t1 : e.t0;
-          TaskInfo& info = tasks[e.task];
+          TaskInfo& info = tasks.at(e.task);
           if (info.t1 < 0) {
             info.tid = t;
             info.t0 = e.t0;
             info.t1 = end;
           }
           begin_event();
-          out += R"({"ph":"X","cat":"task","name":)";
-          escape(out, name_of(e.task));
-          out += fmt::format(
-              R"(,"pid":{},"tid":{},"ts":{},"dur":{},"args":{{"task":{},"run":{},"outcome":"{}")",
-              pid, t, us(e.t0), us(end - e.t0), e.task, p.run, trace_json::outcome_name(e.outcome));
-          if (e.kind == TraceKind::Run && e.arg != 0) out += fmt::format(",\"member\":{}", e.arg);
-          if (auto it = tensors.find(e.task); it != tensors.end()) {
+          out += R"({"ph":"X","cat":"task","name":")";
+          name_body(e.task);
+          fmt::format_to(
+              to,
+              FMT_COMPILE(
+                  R"(","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"task":{},"run":{},"outcome":"{}")"),
+              pid, t, Us{e.t0}, Us{end - e.t0}, e.task, p.run, trace_json::outcome_name(e.outcome));
+          if (e.kind == TraceKind::Run && e.arg != 0)
+            fmt::format_to(to, FMT_COMPILE(",\"member\":{}"), e.arg);
+          if (any_tensor && !info.tensors.empty()) {
             out += ",\"tensors\":";
-            escape(out, it->second);
+            escape(out, info.tensors);
           }
           out += "}}";
           break;
         }
         case TraceKind::Pass:
           begin_event();
-          out += fmt::format(
-              R"({{"ph":"X","cat":"scheduler","name":"dispatch pass","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"routed":{},"queued":{}}}}})",
-              pid, t, us(e.t0), us(e.t1 - e.t0), e.arg, e.arg2);
+          fmt::format_to(
+              to,
+              FMT_COMPILE(
+                  R"({{"ph":"X","cat":"scheduler","name":"dispatch pass","pid":{},"tid":{},"ts":{},"dur":{},"args":{{"routed":{},"queued":{}}}}})"),
+              pid, t, Us{e.t0}, Us{e.t1 - e.t0}, e.arg, e.arg2);
           begin_event();
-          out += fmt::format(
-              R"({{"ph":"C","cat":"scheduler","name":"ready queue","pid":{},"tid":{},"ts":{},"args":{{"queued":{}}}}})",
-              pid, t, us(e.t1), e.arg2);
+          fmt::format_to(
+              to,
+              FMT_COMPILE(
+                  R"({{"ph":"C","cat":"scheduler","name":"ready queue","pid":{},"tid":{},"ts":{},"args":{{"queued":{}}}}})"),
+              pid, t, Us{e.t1}, e.arg2);
           break;
         case TraceKind::Edge:
         case TraceKind::Tensor:
@@ -366,43 +479,47 @@ inline std::string render_chrome_trace(const std::vector<TraceProcess>& processe
     for (const TraceEvent& e : p.events) {
       if (e.kind != TraceKind::Chip || e.outcome != 5 || e.arg == 0) continue;
       auto from = kernels.find(e.arg);
-      auto to = kernels.find(e.task);
-      if (from == kernels.end() || to == kernels.end()) continue;
+      auto to_k = kernels.find(e.task);
+      if (from == kernels.end() || to_k == kernels.end()) continue;
       const TaskInfo& a = from->second;
-      const TaskInfo& b = to->second;
+      const TaskInfo& b = to_k->second;
       ++flow_id;
       begin_event();
-      out += fmt::format(
-          R"({{"ph":"s","cat":"chip_dep","name":"dep","id":{},"pid":{},"tid":{},"ts":{}}})",
-          flow_id, pid, a.tid, us(a.t1 > a.t0 ? a.t1 - 1 : a.t0));
+      fmt::format_to(
+          to,
+          FMT_COMPILE(
+              R"({{"ph":"s","cat":"chip_dep","name":"dep","id":{},"pid":{},"tid":{},"ts":{}}})"),
+          flow_id, pid, a.tid, Us{a.t1 > a.t0 ? a.t1 - 1 : a.t0});
       begin_event();
-      out += fmt::format(
-          R"({{"ph":"f","bp":"e","cat":"chip_dep","name":"dep","id":{},"pid":{},"tid":{},"ts":{}}})",
-          flow_id, pid, b.tid, us(b.t0));
+      fmt::format_to(
+          to,
+          FMT_COMPILE(
+              R"({{"ph":"f","bp":"e","cat":"chip_dep","name":"dep","id":{},"pid":{},"tid":{},"ts":{}}})"),
+          flow_id, pid, b.tid, Us{b.t0});
     }
     // Dependency flows: from inside the producer's slice to the start of the consumer's.
     for (const TraceEvent& e : p.events) {
       if (e.kind != TraceKind::Edge) continue;
-      auto from = tasks.find(e.arg);
-      auto to = tasks.find(e.task);
-      if (from == tasks.end() || to == tasks.end() || from->second.t1 < 0 || to->second.t1 < 0) {
-        continue;
-      }
-      const TaskInfo& a = from->second;
-      const TaskInfo& b = to->second;
-      const std::int64_t at = a.t1 > a.t0 ? a.t1 - 1 : a.t0;
+      const TaskInfo* a = tasks.find(e.arg);
+      const TaskInfo* b = tasks.find(e.task);
+      if (a == nullptr || b == nullptr || a->t1 < 0 || b->t1 < 0) continue;
+      const std::int64_t at = a->t1 > a->t0 ? a->t1 - 1 : a->t0;
       ++flow_id;
       begin_event();
-      out += fmt::format(
-          R"({{"ph":"s","cat":"dep","name":"dep","id":{},"pid":{},"tid":{},"ts":{},"args":{{"from":{},"to":{},"run":{},"bytes":{}}}}})",
-          flow_id, pid, a.tid, us(at), e.arg, e.task, p.run, e.t1);
+      fmt::format_to(
+          to,
+          FMT_COMPILE(
+              R"({{"ph":"s","cat":"dep","name":"dep","id":{},"pid":{},"tid":{},"ts":{},"args":{{"from":{},"to":{},"run":{},"bytes":{}}}}})"),
+          flow_id, pid, a->tid, Us{at}, e.arg, e.task, p.run, e.t1);
       begin_event();
-      out += fmt::format(
-          R"({{"ph":"f","bp":"e","cat":"dep","name":"dep","id":{},"pid":{},"tid":{},"ts":{},"args":{{"from":{},"to":{},"run":{}}}}})",
-          flow_id, pid, b.tid, us(b.t0), e.arg, e.task, p.run);
+      fmt::format_to(
+          to,
+          FMT_COMPILE(
+              R"({{"ph":"f","bp":"e","cat":"dep","name":"dep","id":{},"pid":{},"tid":{},"ts":{},"args":{{"from":{},"to":{},"run":{}}}}})"),
+          flow_id, pid, b->tid, Us{b->t0}, e.arg, e.task, p.run);
     }
   }
-  out += fmt::format("\n],\"otherData\":{{\"dropped_events\":{}}}}}\n", dropped);
+  fmt::format_to(to, FMT_COMPILE("\n],\"otherData\":{{\"dropped_events\":{}}}}}\n"), dropped);
   return out;
 }
 
