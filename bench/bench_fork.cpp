@@ -773,9 +773,9 @@ void scenario_nesting(sb::Report& rep, const Sizes& sz, SharedCounter* counter) 
       {"l4_l3_thread", [&l4t] { l4t.round_trip(); }},
   };
   const std::vector<std::vector<double>> per_rep = run_latency(rep, p50, p99, sz.samples, cs);
-  // What the level adds, paired per repetition (the L4 run and the plain L3 run of one
-  // repetition were timed minutes apart at most, in the same latency mode): the median of the
-  // repetitions' p50 differences.
+  // What the level adds, paired per repetition (the L4 runs and the plain L3 runs of one
+  // repetition are timed one block after the other, most likely in the same latency mode): the
+  // median of the repetitions' p50 differences.
   for (const auto& [added, l4, l3] :
        {std::tuple{"added_process", 1, 0}, std::tuple{"added_thread", 3, 2}}) {
     std::vector<double> diff;
