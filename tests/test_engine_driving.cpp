@@ -83,6 +83,15 @@ void await_only_this_lane_awake(Worker& w) {
   }
 }
 
+/// Thread sub workers whose tasks always run on their lane's thread: the cases below that wait,
+/// inside a task, for the run's thread to sleep need the fence not to run that task itself
+/// (WorkerOptions::caller_runs_tasks).
+WorkerOptions lane_thread_options(int subs) {
+  WorkerOptions o = thread_options(subs);
+  o.caller_runs_tasks = false;
+  return o;
+}
+
 /// Runs `orch` on `w`, which must throw a TaskError with `outcome` from `callable` whose message
 /// contains `needle`.
 void run_fails_with(Worker& w, const Worker::OrchFunction& orch, Outcome outcome,
@@ -417,7 +426,7 @@ TEST_CASE("a deadline a lane's pass starts watching wakes the scheduler thread",
   static std::atomic<bool> release{false};
   release = false;
   {
-    Worker w(thread_options(1));
+    Worker w(lane_thread_options(1));
     auto slow = w.register_sub("slow", [&w](TaskArgsView v) {
       await_only_this_lane_awake(w);
       ++*v.tensors[0].as<std::int64_t>();
@@ -462,7 +471,7 @@ TEST_CASE("a task finishing while the Orchestrator sleeps leaves the scheduler t
   // thread for it, runs the pass itself before it waits: that pass completes the run and wakes
   // the Orchestrator. The task waits until the Orchestrator sleeps in the run's final wait
   // (while it polls there it takes results itself, and a lane does not signal anyway).
-  Worker w(thread_options(1));
+  Worker w(lane_thread_options(1));
   auto add = w.register_sub("add", [&w](TaskArgsView v) {
     if (!await_quiet([&] { return w.scheduler().orchestrator_asleep(); }))
       throw std::runtime_error("the Orchestrator never slept");
@@ -524,7 +533,7 @@ TEST_CASE("a task an idle lane's pass routes to any worker goes to that lane fir
   // pass while lane 0, the Orchestrator and the scheduler thread sleep ("first" waits for that).
   // Lane 1 is awake and on a core: it takes the task itself rather than waking lane 0 (which is
   // first in the lane table).
-  Worker w(thread_options(2));
+  Worker w(lane_thread_options(2));
   auto first = w.register_sub("first", [&w](TaskArgsView v) {
     await_only_this_lane_awake(w);
     ++*v.tensors[0].as<std::int64_t>();

@@ -54,6 +54,13 @@ struct WorkerOptions {
   /// run() overrides it (CallConfig::timeout). At the deadline run() fails with a TimeoutError:
   /// tasks not started are skipped, running ones end as at their own deadline.
   std::chrono::milliseconds run_timeout{0};
+  /// While run() waits for its tasks at its end, the calling thread runs tasks posted to a
+  /// thread child (ChildMode::Thread sub workers and nested Workers, not chips) itself when
+  /// that child's thread has not started them yet, instead of waiting for a hand-off there and
+  /// back. Only tasks without a deadline and not in a group, one child at a time. Such a task's
+  /// callable may then run on the thread that called run(); false keeps every task on its
+  /// child's own thread.
+  bool caller_runs_tasks = true;
   /// Trace of the Worker's whole lifetime: every run's task events (and those of its nested
   /// Workers) as one Chrome trace-event JSON written to this path at close(). Empty = the
   /// SIMPLER_TRACE environment variable, else off; a nested Worker (add_worker) never reads the

@@ -266,6 +266,9 @@ class OrchestratorBase {
   [[nodiscard]] bool workers_idle() const noexcept;
   /// Takes in the answers to tasks this thread sent to driven lanes (LaneCore::drive).
   void collect_driven() noexcept;
+  /// The fence runs what is posted to helped lanes and not taken yet (LaneCore::help), one lane
+  /// at a time. True when it ran something.
+  bool help_lanes() noexcept;
   void release_ref(detail::Slot& s) noexcept;
   void retire(detail::Slot& s) noexcept;
   /// A submit collects the retire inbox once per this many submits.
@@ -302,6 +305,9 @@ class OrchestratorBase {
   std::atomic<bool> in_run_{false};
   /// The thread running the orchestration function (relaxed: written before in_run_'s release).
   std::atomic<std::thread::id> owner_{};
+  /// The run's thread while it runs a task in its fence (help_lanes; owner_ is cleared then),
+  /// else none: for throw_not_owner's message.
+  std::atomic<std::thread::id> helping_{};
   /// Roles whose children see only shared mappings (index: Role), and those mappings, sorted and
   /// merged, as [begin, end) pairs.
   std::array<bool, 2> separate_{};

@@ -41,6 +41,7 @@ class Scheduler {
     table.push_back(&ref);
     if (ref.restrictions != nullptr) core_.restricted_lanes = true;
     if (ref.drive != nullptr) core_.driven_lanes.push_back(&ref);
+    if (ref.help != nullptr) core_.helped_lanes.push_back(&ref);
     return ref;
   }
 

@@ -127,6 +127,7 @@ class BasicWorker {
     core_->timing.heap_wait = options_.heap_wait;
     core_->task_window = options_.task_window;
     core_->timing.task_timeout = options_.task_timeout;
+    core_->caller_runs_tasks = options_.caller_runs_tasks;
     orch_ = std::make_unique<Orchestrator>(*core_, *registry_, options_.heap_ring_size);
     orch_->set_hazards(options_.hazards);
     sched_ = std::make_unique<Scheduler<Lanes...>>(*core_);
@@ -513,6 +514,7 @@ class BasicWorker {
         ls.submitted = l->stat_posted.get() + l->stat_kept.get();
         ls.passes = l->stat_passes.get();
         ls.sent_by_run_thread = l->stat_driven.get();
+        ls.ran_by_run_thread = l->stat_helped.get();
         const std::uint64_t ended = ls.completed + ls.failed + ls.skipped;
         ls.in_flight = ls.submitted > ended ? ls.submitted - ended : 0;
         done[0] += l->stat_tasks.completed.get();

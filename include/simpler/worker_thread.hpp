@@ -34,6 +34,11 @@ class WorkerThread : public detail::LaneCore {
   using Endpoint = typename T::template Endpoint<L>;
   /// The run's thread may drive this lane's endpoint (see "Driven lanes").
   static constexpr bool kDriven = DrivenInline<Endpoint>;
+  /// The run's fence may run this lane's posts itself (see "Helped lanes"): a leaf that runs in
+  /// this process on whichever thread calls it. Not a chip: its device context belongs to
+  /// the lane's thread.
+  static constexpr bool kHelped =
+      std::is_same_v<T, ThreadTransport> && !std::is_same_v<L, ChipWorker> && !Pipelines<Endpoint>;
 
   WorkerThread(detail::EngineCore& core, detail::Role role, WorkerId id, std::string name, L leaf)
       : LaneCore(role, id, std::move(name)), core_(core), leaf_(std::move(leaf)), endpoint_(leaf_) {
@@ -47,6 +52,7 @@ class WorkerThread : public detail::LaneCore {
       pl_window_ = pipeline_window();
       drive = &drive_thunk;
     }
+    if constexpr (kHelped) help = &help_thunk;
     // An endpoint that logs its child's life (a fork, its death) names it after this lane.
     if constexpr (requires { endpoint_.log_as(core.level, this->name); }) {
       endpoint_.log_as(core.level, this->name);
@@ -126,59 +132,162 @@ class WorkerThread : public detail::LaneCore {
 
  private:
   void loop() noexcept {
-    std::uint32_t taken = 0;
     for (;;) {
-      if (!await_post(taken, std::chrono::seconds(1))) {
-        continue;
+      if (!await_post(taken_, std::chrono::seconds(1))) continue;
+      if constexpr (kHelped) {
+        std::uint32_t free = 0;
+        // Lost to the run's fence: it wakes this thread if it leaves posts behind.
+        if (!helper.compare_exchange_strong(free, kHelperLane, std::memory_order_seq_cst)) continue;
       }
-      std::uint32_t avail = posted.load(std::memory_order_seq_cst);
-      if (avail == taken) return;  // stopping, nothing posted
-      while (taken != avail) {
-        const Posted p = ring[taken % kDepth];
-        Result& out = results[taken % kDepth];
-        detail::Slot& s = core_.pool.at(p.slot);
-        if (core_.run.cancelled()) {
-          out.outcome = Outcome::Skipped;  // posted but not started when the run was cancelled
-          if (core_.trace_level.load(std::memory_order_relaxed) != 0) [[unlikely]] {
-            trace_event(detail::TraceKind::Skip, s, 0, Outcome::Skipped);
-          }
-        } else {
-          s.state.store(TaskState::Running, std::memory_order_relaxed);  // for observation
-          if (!run_task(s, p.member, out)) {
-            return detach_once();  // abandoned at a deadline: the scheduler ended its posts
-          }
-        }
-        detail::Slot* next = publish_outcome(s, out, taken);
-        avail = posted.load(std::memory_order_seq_cst);
-        // Going idle: the pass below takes what this task pushed. Anything else keeps the lane
-        // busy for a while, so the scheduler thread takes it now.
-        if (next != nullptr || avail != taken) settle_signal();
-        if (next != nullptr) {
-          if (!run_successors(next)) return detach_once();  // as above
-          avail = posted.load(std::memory_order_seq_cst);
-        }
+      const std::uint32_t avail = posted.load(std::memory_order_seq_cst);
+      if (avail == taken_) {
+        release_helper();
+        if (stopping.load(std::memory_order_seq_cst)) return;  // nothing posted
+        continue;                                              // the fence took them first
+      }
+      if (!run_posts(avail, true)) {
+        return detach_once();  // abandoned at a deadline: the scheduler ended its posts
       }
       // About to wait: take what this lane pushed with a pass of its own, which leaves the
       // scheduler thread asleep. Without a running scheduler (stopping), wake its thread.
-      if (owe_signal_) {
-        owe_signal_ = false;
-        if (detail::SchedulerCore* d = core_.driving()) {
-          d->try_pass(stat_passes, this);
-        } else {
-          core_.signal_scheduler();
-        }
-      }
+      settle_before_wait();
+      release_helper();
     }
   }
 
-  /// Waits until the scheduler posts past `seen` or the lane stops (true), or for `timeout`
-  /// after its spin (false). Meanwhile the idle lane runs the scheduler's pass itself when it has
-  /// input (taking the same token the scheduler thread and the Orchestrator take): a task it posts
-  /// to this lane starts without a hop through the scheduler thread.
+  /// Runs the ring entries from taken_ up to `avail`, and with `more` whatever is posted
+  /// meanwhile, each followed by the successors it lets this lane keep. False when the lane
+  /// was abandoned at a deadline (then nothing may be touched any more).
+  bool run_posts(std::uint32_t avail, bool more) noexcept {
+    while (taken_ != avail) {
+      const Posted p = ring[taken_ % kDepth];
+      Result& out = results[taken_ % kDepth];
+      detail::Slot& s = core_.pool.at(p.slot);
+      if (core_.run.cancelled()) {
+        out.outcome = Outcome::Skipped;  // posted but not started when the run was cancelled
+        if (core_.trace_level.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+          trace_event(detail::TraceKind::Skip, s, 0, Outcome::Skipped);
+        }
+      } else {
+        s.state.store(TaskState::Running, std::memory_order_relaxed);  // for observation
+        if (!run_task(s, p.member, out)) return false;
+      }
+      detail::Slot* next = publish_outcome(s, out, taken_);
+      if (more) avail = posted.load(std::memory_order_seq_cst);
+      // Going idle: the pass before the wait takes what this task pushed. Anything else keeps
+      // the lane busy for a while, so the scheduler thread takes it now.
+      if (next != nullptr || avail != taken_) settle_signal();
+      if (next != nullptr) {
+        if (!run_successors(next)) return false;
+        if (more) avail = posted.load(std::memory_order_seq_cst);
+      }
+    }
+    return true;
+  }
+
+  /// Before the lane waits: a pass for what it pushed (see loop()).
+  void settle_before_wait() noexcept {
+    if (!owe_signal_) return;
+    owe_signal_ = false;
+    if (detail::SchedulerCore* d = core_.driving()) {
+      d->try_pass(stat_passes, this);
+    } else {
+      core_.signal_scheduler();
+    }
+  }
+
+  // ---- Helped lanes (kHelped: a SubWorker or nested Worker on a thread).
+  //
+  // A one-task run handed its task to the lane's thread and waited in its fence for the answer:
+  // two hand-offs, each a handful of cache lines crossing cores, about 2 us in this VM's common
+  // latency mode, and a nesting level paid that twice more. The fence has nothing else to do, so
+  // it runs what is posted to such a lane itself when the lane's thread has not taken it yet
+  // (OrchestratorBase::help_lanes): the slot it just wrote is still in its cache, and nothing
+  // crosses back. A nested Worker's run then happens on the run's thread too, and its own fence
+  // helps its lanes in turn.
+  //
+  // - Whoever holds `helper` owns the ring's consumer side (taken_, owe_signal_, local_); the
+  //   lane's thread takes it per batch (one uncontended CAS on a line it owns), the fence only
+  //   when the lane's thread does not hold it.
+  // - The fence runs untimed single tasks only: a task the scheduler watches for a deadline
+  //   stays on the lane's thread (the scheduler abandons that thread at the deadline; the run's
+  //   thread cannot be abandoned), and so do group members, which must run at the same time as
+  //   their siblings. It helps one lane at a time, so the tasks keep as many threads as lanes:
+  //   a task that waits for another one still finds that one running on its own lane.
+  // - While it runs a task the fence is not polling (orch_polling is clear: pushes wake the
+  //   scheduler thread) and the Orchestrator refuses submits (the task runs on the run's thread,
+  //   but it is not the orchestration function).
+  // - Letting go publishes taken_pub, then wakes the lane's thread if posts are left: it may
+  //   have looked while the fence held them and gone to sleep.
+
+  static bool help_thunk(detail::LaneCore& lane) noexcept {
+    return static_cast<WorkerThread&>(lane).help_here();
+  }
+
+  bool help_here() noexcept {
+    if constexpr (kHelped) {
+      if (lost.load(std::memory_order_relaxed)) return false;
+      std::uint32_t free = 0;
+      if (!helper.compare_exchange_strong(free, kHelperRun, std::memory_order_seq_cst)) {
+        return false;
+      }
+      bool ran = false;
+      for (;;) {
+        const std::uint32_t avail = posted.load(std::memory_order_seq_cst);
+        const std::uint32_t upto = helpable_until(avail);
+        if (upto == taken_) break;
+        const std::uint32_t from = taken_;
+        // Untimed singles: run_task arms no watch, so it cannot lose the lane.
+        (void)run_posts(upto, false);
+        stat_helped.add(upto - from);
+        ran = true;
+        if (upto != avail) break;  // the rest is the lane thread's
+      }
+      settle_before_wait();
+      release_helper();
+      if (posted.load(std::memory_order_seq_cst) != taken_) wake.notify_all();
+      return ran;
+    }
+    return false;
+  }
+
+  /// How far from taken_ towards `avail` the entries may run on the fence's thread: untimed
+  /// singles, in ring order (the first other entry stops it).
+  [[nodiscard]] std::uint32_t helpable_until(std::uint32_t avail) const noexcept {
+    std::uint32_t i = taken_;
+    while (i != avail) {
+      const Posted p = ring[i % kDepth];
+      if (p.watched != 0 || core_.pool.at(p.slot).is_group()) break;
+      ++i;
+    }
+    return i;
+  }
+
+  /// Lets go of `helper` (helped lanes), publishing how far the consumer side got.
+  void release_helper() noexcept {
+    if constexpr (kHelped) {
+      taken_pub.store(taken_, std::memory_order_seq_cst);
+      helper.store(0, std::memory_order_seq_cst);
+    }
+  }
+
+  /// Waits until the scheduler posts past what this lane took or the lane stops (true), or for
+  /// `timeout` after its spin (false). Meanwhile the idle lane runs the scheduler's pass itself
+  /// when it has input (taking the same token the scheduler thread and the Orchestrator take): a
+  /// task it posts to this lane starts without a hop through the scheduler thread. A helped lane
+  /// waits for posts nobody holds (see "Helped lanes").
   bool await_post(std::uint32_t seen, std::chrono::nanoseconds timeout) noexcept {
     const auto posted_or_stopping = [&] {
-      return posted.load(std::memory_order_seq_cst) != seen ||
-             stopping.load(std::memory_order_seq_cst);
+      if constexpr (kHelped) {
+        // seq_cst: a helper letting go stores `helper`, then looks at `posted` (help_here).
+        if (helper.load(std::memory_order_seq_cst) == 0 &&
+            posted.load(std::memory_order_seq_cst) != taken_pub.load(std::memory_order_seq_cst)) {
+          return true;
+        }
+      } else {
+        if (posted.load(std::memory_order_seq_cst) != seen) return true;
+      }
+      return stopping.load(std::memory_order_seq_cst);
     };
     return wake.await_for(
         [&] {
@@ -780,6 +889,9 @@ class WorkerThread : public detail::LaneCore {
   /// The lane's thread is about to sleep up to a second (nothing in flight when it looked).
   std::atomic<bool> long_sleep_{false};
   std::thread thread_;
+  // Ring entries taken (loop(), help_here): owned by the lane's thread, or for a helped lane by
+  // whoever holds `helper`.
+  std::uint32_t taken_ = 0;
   Result local_;             // result of a successor run by run_successors
   bool owe_signal_ = false;  // pushed to done or ready_inbox without waking the scheduler yet
   std::uint64_t watch_seq_ = 0;

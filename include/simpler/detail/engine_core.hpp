@@ -112,6 +112,10 @@ struct EngineCore {
   std::vector<LaneCore*> subs;
   /// The lanes of both roles whose endpoint the run's thread may drive (LaneCore::drive).
   std::vector<LaneCore*> driven_lanes;
+  /// The lanes whose posts the run's fence may run itself (LaneCore::help), when
+  /// WorkerOptions::caller_runs_tasks lets it.
+  std::vector<LaneCore*> helped_lanes;
+  bool caller_runs_tasks = true;
 
   /// The current run's deadline on the steady clock (ns), 0 = none. Written by the run's thread
   /// before its first submit and after its fence (relaxed: the inbox hand-off orders it). Read

@@ -108,6 +108,23 @@ struct LaneCore {
   using DriveFn = bool (*)(LaneCore&, DriveStep) noexcept;
   DriveFn drive = nullptr;  ///< set at construction for driven lanes, null for the others
 
+  // ---- Helped lanes (a thread child's SubWorker or nested Worker): the run's fence, which
+  // would only wait, runs what is posted here itself when the lane's thread has not taken it
+  // yet (WorkerThread, "Helped lanes"). Whoever holds `helper` owns the ring's consumer side;
+  // `taken_pub` is how far it got, published when it lets go. `help` runs the posts (false when
+  // it did nothing: the lane's thread holds them, or one of them must stay on that thread).
+  using HelpFn = bool (*)(LaneCore&) noexcept;
+  HelpFn help = nullptr;  ///< set at construction for lanes the fence may help, null otherwise
+  static constexpr std::uint32_t kHelperLane = 1;
+  static constexpr std::uint32_t kHelperRun = 2;
+  alignas(kCacheLine) std::atomic<std::uint32_t> helper{0};
+  std::atomic<std::uint32_t> taken_pub{0};
+  /// Something is posted that nobody has taken: the cheap look before help(). Any thread.
+  [[nodiscard]] bool help_wanted() const noexcept {
+    return helper.load(std::memory_order_relaxed) == 0 &&
+           posted.load(std::memory_order_relaxed) != taken_pub.load(std::memory_order_relaxed);
+  }
+
   // ---- Rarely written, read by both sides.
   alignas(kCacheLine) std::atomic<bool> stopping{false};
   /// Set by the lane when its child is gone for good; the scheduler then stops giving it shared
@@ -154,6 +171,8 @@ struct LaneCore {
   StatCounter stat_passes;  ///< scheduler passes (that took work) this lane ran while idle
   /// Driven lanes: tasks the run's thread sent to the child itself (written under `driver`).
   StatCounter stat_driven;
+  /// Helped lanes: tasks the run's thread ran itself in its fence (written under `helper`).
+  StatCounter stat_helped;
 };
 
 /// Lanes with results to collect (each lane is on it at most once: see LaneCore::queued).

@@ -67,6 +67,14 @@ inline void OrchestratorBase::throw_not_owner(const char* api) const {
         "function",
         api));
   }
+  if (helping_.load(std::memory_order_relaxed) == std::this_thread::get_id()) {
+    throw UsageError(fmt::format(
+        "Orchestrator::{}: called from inside a task of this Worker (run by the run's thread "
+        "while it waits for the run's tasks); a task cannot submit to the run it belongs to: "
+        "submit follow-up work from the orchestration function, or give the task a nested "
+        "Worker",
+        api));
+  }
   throw UsageError(fmt::format(
       "Orchestrator::{}: called from a thread that is not running the orchestration function; "
       "an Orchestrator belongs to the thread inside Worker::run (collect the work on other "
@@ -903,6 +911,25 @@ inline void OrchestratorBase::collect_driven() noexcept {
   for (detail::LaneCore* l : core_.driven_lanes) l->drive(*l, detail::LaneCore::DriveStep::Collect);
 }
 
+// While a task runs here the fence is not polling (a push wakes the scheduler thread, which
+// may be needed while the task runs long), and this thread does not own the Orchestrator: the
+// task is not the orchestration function, and a submit from it is refused as from a lane.
+inline bool OrchestratorBase::help_lanes() noexcept {
+  bool ran = false;
+  for (detail::LaneCore* l : core_.helped_lanes) {
+    if (!l->help_wanted()) continue;
+    const std::thread::id me = owner_.load(std::memory_order_relaxed);
+    core_.orch_polling.store(false, std::memory_order_seq_cst);
+    helping_.store(me, std::memory_order_relaxed);
+    owner_.store(std::thread::id{}, std::memory_order_relaxed);
+    ran = l->help(*l) || ran;
+    owner_.store(me, std::memory_order_relaxed);
+    helping_.store(std::thread::id{}, std::memory_order_relaxed);
+    core_.orch_polling.store(true, std::memory_order_seq_cst);
+  }
+  return ran;
+}
+
 inline bool OrchestratorBase::workers_idle() const noexcept {
   // Order matters: a lane hands successors to the inbox before it leaves lane_local, and the
   // scheduler clears sched_idle before it takes the inbox.
@@ -1261,6 +1288,7 @@ inline int OrchestratorBase::finish_run() noexcept {
   const bool traced = trace_level_ != 0 || dag_ != nullptr;
   detail::SchedulerCore* const driver = core_.driving();
   const bool drives = driver != nullptr;
+  const bool helps = core_.caller_runs_tasks && !core_.helped_lanes.empty();
   const auto done = [&] {
     return core_.pool.live() == 0 && (!(traced || drives) || workers_idle());
   };
@@ -1275,6 +1303,7 @@ inline int OrchestratorBase::finish_run() noexcept {
       const auto drive = [&] {
         collect_driven();
         driver->try_pass(core_.stats.orch_passes, nullptr, true);
+        if (helps && help_lanes()) driver->try_pass(core_.stats.orch_passes, nullptr, true);
         return settled();
       };
       ok = detail::EventCount::spin_until(drive, core_.timing.spin);
