@@ -133,7 +133,8 @@ class WorkerThread : public detail::LaneCore {
  private:
   void loop() noexcept {
     for (;;) {
-      if (!await_post(taken_, std::chrono::seconds(1))) continue;
+      // A helped lane's taken_ belongs to whoever holds `helper`: its wait reads taken_pub.
+      if (!await_post(kHelped ? 0U : taken_, std::chrono::seconds(1))) continue;
       if constexpr (kHelped) {
         std::uint32_t free = 0;
         // Lost to the run's fence: it wakes this thread if it leaves posts behind.
@@ -244,8 +245,9 @@ class WorkerThread : public detail::LaneCore {
         if (upto != avail) break;  // the rest is the lane thread's
       }
       settle_before_wait();
+      const std::uint32_t taken = taken_;  // not ours once released
       release_helper();
-      if (posted.load(std::memory_order_seq_cst) != taken_) wake.notify_all();
+      if (posted.load(std::memory_order_seq_cst) != taken) wake.notify_all();
       return ran;
     }
     return false;
