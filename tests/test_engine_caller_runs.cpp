@@ -43,13 +43,20 @@ void let_lanes_sleep() {
   std::this_thread::sleep_for(2ms);
 }
 
-/// Counts the tasks that ran on the thread that called run().
+/// Counts the tasks that ran on the thread that called run() (the one that made the tally).
 struct ThreadTally {
-  std::thread::id caller;
+  std::thread::id caller = std::this_thread::get_id();
   std::atomic<int> on_caller{0};
   std::atomic<int> elsewhere{0};
   void record() { (std::this_thread::get_id() == caller ? on_caller : elsewhere).fetch_add(1); }
 };
+
+/// One run of `add` on `c` (the Worker still works after the failures above).
+void run_add(Worker& w, const CallableHandle& add, std::int64_t& c) {
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_sub(add, TaskArgs().add_tensor(cell(c), TensorArgType::InOut));
+  });
+}
 
 std::uint64_t ran_by_run_thread(Worker& w) {
   std::uint64_t n = 0;
@@ -63,7 +70,6 @@ TEST_CASE("the run's thread runs a task posted to a sleeping thread sub worker i
           "[engine][caller-runs]") {
   Worker w(thread_options(1));
   ThreadTally tally;
-  tally.caller = std::this_thread::get_id();
   auto add = w.register_sub("add", [&](TaskArgsView v) {
     tally.record();
     ++*v.tensors[0].as<std::int64_t>();
@@ -94,7 +100,6 @@ TEST_CASE("with caller_runs_tasks off every task runs on its worker's own thread
   o.caller_runs_tasks = false;
   Worker w(o);
   ThreadTally tally;
-  tally.caller = std::this_thread::get_id();
   auto touch = w.register_sub("touch", [&](TaskArgsView) { tally.record(); });
   w.init();
   for (int run = 0; run < 50; ++run) {
@@ -115,7 +120,6 @@ TEST_CASE("tasks with a deadline and group members stay on their workers' thread
   // thread), and a group's members must run at the same time: neither may run in the fence.
   Worker w(thread_options(2));
   ThreadTally tally;
-  tally.caller = std::this_thread::get_id();
   auto touch = w.register_sub("touch", [&](TaskArgsView) { tally.record(); });
   w.init();
   CallConfig timed;
@@ -169,9 +173,7 @@ TEST_CASE("a task the run's thread runs cannot submit to its own run", "[engine]
   // Nothing was left behind: the Worker runs the next task.
   std::int64_t c = 0;
   auto add = w.register_sub("add", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-    o.submit_sub(add, TaskArgs().add_tensor(cell(c), TensorArgType::InOut));
-  });
+  run_add(w, add, c);
   CHECK(c == 1);
 }
 
@@ -182,7 +184,6 @@ TEST_CASE("a task the run's thread runs leaves the other workers to their thread
   // that took both would wait for the rendezvous forever (10 s, then the tasks fail).
   Worker w(thread_options(2));
   ThreadTally tally;
-  tally.caller = std::this_thread::get_id();
   w.init();
   for (int run = 0; run < 40; ++run) {
     Rendezvous meet(2);
@@ -233,9 +234,7 @@ TEST_CASE("a failure in a task the run's thread runs ends the run as on its lane
   CHECK(st.tasks_completed == 0);
   CHECK(st.tasks_in_flight == 0);
   CHECK(ran_by_run_thread(w) > 0);
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-    o.submit_sub(add, TaskArgs().add_tensor(cell(c), TensorArgType::InOut));
-  });
+  run_add(w, add, c);
   CHECK(c == 1);
 }
 
@@ -247,7 +246,6 @@ TEST_CASE("posts the run's thread leaves behind reach the lane's thread at once"
   // held the lane and gone back to sleep for up to its 1 s idle tick.
   Worker w(thread_options(1));
   ThreadTally tally;
-  tally.caller = std::this_thread::get_id();
   auto first = w.register_sub("first", [&](TaskArgsView v) {
     tally.record();
     const auto end = std::chrono::steady_clock::now() + 5s;
@@ -297,7 +295,6 @@ TEST_CASE("a nested thread Worker's run happens on the run's thread when the fen
   WorkerOptions o3 = thread_options(1);
   Worker l3(o3);
   ThreadTally tally;
-  tally.caller = std::this_thread::get_id();
   auto add = l3.register_sub("add", [&](TaskArgsView v) {
     tally.record();
     ++*v.tensors[0].as<std::int64_t>();
