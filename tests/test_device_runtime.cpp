@@ -439,6 +439,64 @@ TEST_CASE("an idle device context has every thread asleep", "[device][idle]") {
   CHECK(simpler::testing::other_thread_states().size() >= 10);
 }
 
+TEST_CASE("the device threads carry their role and device in their names", "[device][threads]") {
+  Device d({}, 3);
+  REQUIRE(d.run(kChain, 2) == SIMPLER_OK);
+  // 2 clusters: 2 AIC and 4 AIV cores; the orchestrator and three schedulers.
+  for (const char* name : {"d3 orch", "d3 sched0", "d3 sched1", "d3 sched2", "d3 aic0", "d3 aic1",
+                           "d3 aiv0", "d3 aiv3"}) {
+    INFO(name);
+    CHECK(simpler::testing::threads_named(name).size() == 1);
+  }
+  CHECK(simpler::testing::threads_named("d3 aiv4").empty());
+}
+
+// A run takes part only the schedulers its aicpu_thread_num uses (the default 3: the
+// orchestrator and schedulers 0 and 1). The others are neither woken by its launch nor waited
+// for: on two cores, a third scheduler spinning for launches it never serves delayed every hand-off
+// of a one-task run.
+TEST_CASE("a scheduler the run does not use sleeps through it", "[device][threads]") {
+  // A device id of its own: a broken context of an earlier test may keep its threads.
+  Device d({}, 12);
+  const auto spare = simpler::testing::threads_named("d12 sched2");
+  REQUIRE(spare.size() == 1);
+  REQUIRE(d.run(kChain, 1) == SIMPLER_OK);
+  // Once it slept (its start-up and any spin are over), 300 back-to-back runs must not move it.
+  const bool parked = simpler::testing::eventually(
+      [&] { return simpler::testing::thread_state(spare[0]) == 'S'; }, std::chrono::seconds(5));
+  REQUIRE(parked);
+  const long before = simpler::testing::context_switches(spare[0]);
+  REQUIRE(before >= 0);
+  for (int i = 0; i < 300; ++i) {
+    d.data.fill(0);
+    REQUIRE(d.run(kChain, 1) == SIMPLER_OK);
+    REQUIRE(d.data[0] == 1);
+  }
+  CHECK(simpler::testing::context_switches(spare[0]) == before);
+  CHECK(d.stats().runs == 301);
+
+  SECTION("runs that use it wake it, and runs of any size that follow still end") {
+    simpler_run_config cfg{};
+    cfg.struct_size = sizeof cfg;
+    // 4, 2, 3, ... threads in turn: every scheduler joins and sits out runs, parked or spinning.
+    const std::int32_t threads[] = {4, 2, 3, 4, 4, 2, 2, 3};
+    for (int i = 0; i < 96; ++i) {
+      cfg.aicpu_thread_num = threads[i % 8];
+      INFO("run " << i << " with " << cfg.aicpu_thread_num << " AICPU threads");
+      d.data.fill(0);
+      const auto n = static_cast<std::uint64_t>(1 + i % 7);
+      REQUIRE(d.run(kChain, n, &cfg) == SIMPLER_OK);
+      for (auto v : d.data) REQUIRE(v == static_cast<std::int32_t>(n));
+      if (i % 8 == 0) {
+        // Between runs of this shape, sleeps make the threads park instead of spin.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    CHECK(simpler::testing::context_switches(spare[0]) > before);
+    d.check_usable();
+  }
+}
+
 // Cores run on: a core that finished a kernel retires the task itself and runs the next ready
 // task of its shape without handing back to its scheduler (sim.hpp, Core). The run ends only once
 // every core answered, and the device threads stay parked between runs.

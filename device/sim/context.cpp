@@ -567,9 +567,14 @@ int Context::launch_run() {
   // finished task back to their scheduler.
   run.cores_run_on = diag.swimlane == 0 && !run.dump_tensor && run.pmu == 0;
   threads.launched_ns.store(trace_now_ns(), std::memory_order_relaxed);
-  // seq_cst: the device threads' launch check reads `generation` with seq_cst after registering.
-  threads.generation.fetch_add(1, std::memory_order_seq_cst);
+  // seq_cst: the device threads' launch check reads the word with seq_cst after registering.
+  // Only this thread writes it. The schedulers the run does not use are not woken.
+  const std::uint64_t runs = launch_count(threads.launch_word.load(std::memory_order_relaxed));
+  threads.launch_word.store(
+      ((runs + 1) << kLaunchThreadBits) | static_cast<std::uint64_t>(run.threads),
+      std::memory_order_seq_cst);
   threads.launch_event.notify_all();
+  notify_schedulers();
   life.phase = Phase::Running;
   return SIMPLER_OK;
 }
@@ -579,7 +584,8 @@ int Context::wait_run() {
   if (life.phase != Phase::Running) {
     return fail(SIMPLER_ERR_NO_RUN, "wait_run needs a launched run (prepare_run, launch_run)");
   }
-  constexpr std::uint32_t kThreads = kMaxAicpuThreads;  // the orchestrator + every scheduler
+  // The orchestrator and the run's schedulers (the others sit the run out).
+  const auto in_run = static_cast<std::uint32_t>(run.threads);
   // A run without diagnostics (the schedulers and cores record those after the tasks) has its
   // result once the orchestration returned and every task completed without an error: return
   // then, while the device threads still leave the run (drain() waits for them before anything
@@ -587,8 +593,8 @@ int Context::wait_run() {
   // step) then overlaps the hand-offs from the last core to every scheduler and back, ~5 us on
   // a one-task run; runs called back to back with nothing in between pay them in the drain.
   const bool early = run.cores_run_on && !diag.dep_gen;
-  auto all_done = [this, early] {
-    if (outcome.threads_done.load(std::memory_order_seq_cst) == kThreads) return true;
+  auto all_done = [this, early, in_run] {
+    if (outcome.threads_done.load(std::memory_order_seq_cst) == in_run) return true;
     // seq_cst, in this order: submitted is final once done is set; every error is latched
     // before the completion of the task it concerns (retire_lane), and the orchestration's
     // before done, so a status read after the counts sees every latch they imply.
@@ -606,7 +612,7 @@ int Context::wait_run() {
     if (!fatal()) continue;
     if (!failed_at) failed_at = Clock::now();
     if (Clock::now() - *failed_at > config.scheduler_timeout + kStuckGrace &&
-        outcome.threads_done.load(std::memory_order_seq_cst) == kThreads - 1 &&
+        outcome.threads_done.load(std::memory_order_seq_cst) == in_run - 1 &&
         orch.done.load(std::memory_order_seq_cst) == 0) {
       std::lock_guard lk(outcome.mu);
       outcome.broken.store(true);
@@ -615,7 +621,7 @@ int Context::wait_run() {
       break;
     }
   }
-  life.draining = outcome.threads_done.load(std::memory_order_seq_cst) != kThreads;
+  life.draining = outcome.threads_done.load(std::memory_order_seq_cst) != in_run;
   if (life.draining) ++counters.early_returns;
   life.phase = Phase::Finished;
   return outcome.status.load(std::memory_order_seq_cst);
@@ -625,7 +631,8 @@ void Context::drain() {
   if (!life.draining) return;
   life.draining = false;
   auto all_left = [this] {
-    return outcome.threads_done.load(std::memory_order_seq_cst) == kMaxAicpuThreads;
+    return outcome.threads_done.load(std::memory_order_seq_cst) ==
+           static_cast<std::uint32_t>(run.threads);
   };
   // Every task completed, so the threads only have to notice and leave their loops. Bounded
   // anyway: a thread that never gets there must not hang the host.

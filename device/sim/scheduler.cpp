@@ -4,6 +4,7 @@
 // handler that turns a faulting kernel into a failed run.
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include <csetjmp>
 #include <csignal>
@@ -168,23 +169,47 @@ void install_fault_handler() {
 
 // ---- threads ------------------------------------------------------------------------------------
 
+namespace {
+
+/// Names the calling device thread "d<device> <role><index>" (index < 0: none), cut to the
+/// 15 characters Linux keeps. Best effort: a name is a diagnostic, never a reason to fail.
+void name_thread(std::int32_t device, const char* role, std::int64_t index) noexcept {
+  char name[16] = {};
+  try {
+    if (index < 0)
+      fmt::format_to_n(name, sizeof name - 1, "d{} {}", device, role);
+    else
+      fmt::format_to_n(name, sizeof name - 1, "d{} {}{}", device, role, index);
+  } catch (...) {
+    return;
+  }
+  static_cast<void>(::pthread_setname_np(::pthread_self(), name));
+}
+
+}  // namespace
+
 int Context::start_threads() {
   try {
     // Each device thread counts itself awake (detail::AwakeThreads): their spins then yield
-    // while they outnumber the cores, as they always did.
+    // while they outnumber the cores, as they always did. Each is named after its device and
+    // role ("d0 aic0", "d0 aiv3", "d0 sched1", "d0 orch"), so top, perf and gdb tell them apart.
+    const std::uint32_t C = config.num_clusters;
     for (std::uint32_t i = 0; i < threads.core_count; ++i) {
-      threads.cores[i].thread = std::thread([this, i] {
+      threads.cores[i].thread = std::thread([this, i, C] {
+        name_thread(config.device_id, i < C ? "aic" : "aiv", i < C ? i : i - C);
         const detail::AwakeThreads::Member awake(1);
         core_main(static_cast<int>(i));
       });
     }
     for (int s = 0; s < kMaxAicpuThreads - 1; ++s) {
       threads.sched_threads[s] = std::thread([this, s] {
+        name_thread(config.device_id, "sched", static_cast<std::uint32_t>(s));
         const detail::AwakeThreads::Member awake(1);
         scheduler_main(s);
       });
     }
     threads.orch_thread = std::thread([this] {
+      name_thread(config.device_id, "orch", -1);
       const detail::AwakeThreads::Member awake(1);
       orchestrator_main();
     });
@@ -221,16 +246,21 @@ void Context::stop_threads() noexcept {
   }
 }
 
-bool Context::wait_for_launch(std::uint32_t& seen, LaunchPacing& pace) {
-  threads.launch_event.await(
+bool Context::wait_for_launch(detail::EventCount& event, int aicpu, std::uint64_t& seen,
+                              LaunchPacing& pace) {
+  std::uint64_t word = 0;
+  event.await(
       [&] {
-        return threads.stopping.load(std::memory_order_seq_cst) != 0 ||
-               threads.generation.load(std::memory_order_seq_cst) != seen;
+        if (threads.stopping.load(std::memory_order_seq_cst) != 0) return true;
+        word = threads.launch_word.load(std::memory_order_seq_cst);
+        return launch_count(word) != seen && aicpu < launch_threads(word);
       },
       pace.spin ? std::chrono::nanoseconds(kLaunchSpin) : std::chrono::nanoseconds(0),
       far_future());
   if (threads.stopping.load(std::memory_order_seq_cst) != 0) return false;
-  seen = threads.generation.load(std::memory_order_seq_cst);
+  // The word the predicate accepted: the host does not launch again before this thread checked
+  // in (threads_done), so it is still the current one.
+  seen = launch_count(word);
   // Relaxed: written before the seq_cst generation bump just read.
   const std::uint64_t launched = threads.launched_ns.load(std::memory_order_relaxed);
   const auto spin_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(kLaunchSpin).count());
@@ -239,10 +269,10 @@ bool Context::wait_for_launch(std::uint32_t& seen, LaunchPacing& pace) {
 }
 
 void Context::orchestrator_main() {
-  std::uint32_t seen = 0;
+  std::uint64_t seen = 0;
   LaunchPacing pace;
   for (;;) {
-    if (!wait_for_launch(seen, pace)) return;
+    if (!wait_for_launch(threads.launch_event, 0, seen, pace)) return;
 
     scope_begin();  // the run's own scope (ring 0)
     const Callable& c = life.callables[run.callable];
@@ -363,11 +393,11 @@ std::uint32_t next_token(Core& c) noexcept {
 }  // namespace
 
 void Context::scheduler_main(int index) {
-  std::uint32_t seen = 0;
+  std::uint64_t seen = 0;
   LaunchPacing pace;
   for (;;) {
-    if (!wait_for_launch(seen, pace)) return;
-    if (index < run.threads - 1) run_scheduler(index);
+    if (!wait_for_launch(sched.wake[index], 1 + index, seen, pace)) return;
+    run_scheduler(index);
     pace.ended_ns = trace_now_ns();
     outcome.threads_done.fetch_add(1, std::memory_order_seq_cst);
     outcome.done_event.notify_all();

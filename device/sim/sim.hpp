@@ -536,13 +536,28 @@ struct Threads {
   std::uint32_t core_count = 0;
   std::thread orch_thread;
   std::thread sched_threads[kMaxAicpuThreads - 1];
-  std::atomic<std::uint32_t> generation{0};
+  /// The launch word: the run count above kLaunchThreadBits, the run's AICPU threads (the
+  /// orchestrator and its schedulers, run.threads) below. One word, so that a thread that sees a
+  /// launch also sees whether it takes part: a scheduler the run does not use sleeps through it
+  /// (it is neither woken nor waited for).
+  std::atomic<std::uint64_t> launch_word{0};
   std::atomic<std::uint32_t> stopping{0};
-  /// When the host launched the current run (trace_now_ns); written before the `generation`
-  /// bump that publishes it, read by the AICPU threads for their launch spin (kLaunchSpin).
+  /// When the host launched the current run (trace_now_ns); written before the `launch_word`
+  /// store that publishes it, read by the AICPU threads for their launch spin (kLaunchSpin).
   std::atomic<std::uint64_t> launched_ns{0};
-  detail::EventCount launch_event;  ///< every device thread sleeps on it between runs
+  /// The orchestrator thread sleeps on it between runs; scheduler s on sched.wake[s], which a
+  /// launch notifies only when the run uses s.
+  detail::EventCount launch_event;
 };
+
+inline constexpr std::uint32_t kLaunchThreadBits = 3;
+static_assert(kMaxAicpuThreads < (1 << kLaunchThreadBits));
+[[nodiscard]] constexpr std::uint64_t launch_count(std::uint64_t word) noexcept {
+  return word >> kLaunchThreadBits;
+}
+[[nodiscard]] constexpr int launch_threads(std::uint64_t word) noexcept {
+  return static_cast<int>(word & ((1U << kLaunchThreadBits) - 1));
+}
 
 /// An AICPU thread's launch pacing: when it ended its part of the last run, and whether it
 /// spins for the next launch (see kLaunchSpin).
@@ -581,8 +596,10 @@ class Context {
   [[nodiscard]] bool fatal() const noexcept {
     return outcome.status.load(std::memory_order_seq_cst) != 0;
   }
+  /// Wakes the schedulers of the current run (device threads, during it). The others sleep
+  /// through runs that do not use them.
   void notify_schedulers() noexcept {
-    for (auto& w : sched.wake) w.notify_all();
+    for (int s = 0; s < run.threads - 1; ++s) sched.wake[s].notify_all();
   }
   void notify_progress() noexcept { orch.progress_event.notify_all(); }
 
@@ -617,9 +634,12 @@ class Context {
   std::string stall_report(const std::vector<std::uint32_t>& owned, Clock::time_point now);
   void core_main(int index);
   void orchestrator_main();
-  /// Waits for the next launch (true) or until the context stops (false): spins first when
-  /// the runs come back to back (`pace`, see kLaunchSpin), else sleeps at once.
-  bool wait_for_launch(std::uint32_t& seen, LaunchPacing& pace);
+  /// Waits on `event` for the next launch that uses the AICPU thread `aicpu` (0 the
+  /// orchestrator, 1 + s scheduler s) (true), or until the context stops (false): spins first
+  /// when the runs come back to back (`pace`, see kLaunchSpin), else sleeps at once. `seen` is
+  /// the launch count of the last run the thread took part in.
+  bool wait_for_launch(detail::EventCount& event, int aicpu, std::uint64_t& seen,
+                       LaunchPacing& pace);
   int start_threads();
   void stop_threads() noexcept;
 

@@ -46,6 +46,41 @@ inline char thread_state(pid_t tid) {
   return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
 }
 
+/// The ids of this process's threads whose name (/proc comm) is `name`.
+inline std::vector<pid_t> threads_named(const std::string& name) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    const std::string tid = e->d_name;
+    if (tid == "." || tid == "..") continue;
+    std::ifstream f("/proc/self/task/" + tid + "/comm");
+    std::string comm;
+    std::getline(f, comm);
+    if (comm == name) out.push_back(static_cast<pid_t>(std::stol(tid)));
+  }
+  ::closedir(d);
+  return out;
+}
+
+/// How often thread `tid` of this process left its CPU (voluntary + involuntary context
+/// switches, /proc status): a thread that stays asleep keeps it; one that wakes or spins with
+/// yields adds to it. -1 when it cannot be read.
+inline long context_switches(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/status");
+  long total = 0;
+  int found = 0;
+  for (std::string line; std::getline(f, line);) {
+    for (const char* key : {"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"}) {
+      if (line.rfind(key, 0) == 0) {
+        total += std::stol(line.substr(std::string(key).size()));
+        ++found;
+      }
+    }
+  }
+  return found == 2 ? total : -1;
+}
+
 /// Returns once `armed()` holds and thread `tid` is then blocked in the kernel ('S'): for a
 /// task that must end only while the orchestration sleeps in some wait (`armed` tells that the
 /// orchestration got past every other sleep). Throws `what` after 10 s.
