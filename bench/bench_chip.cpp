@@ -15,7 +15,9 @@
 //           threads asleep), and 100 back-to-back (threads still warm). Then "spaced": 100 runs,
 //           each after 30 us of host work (a spin on the clock, as a lane replying to its parent
 //           would do between two chip tasks), timing the run() calls only: what a run costs when
-//           its end overlaps the host's next step.
+//           its end overlaps the host's next step. Last "p50": the p50 of 2000 back-to-back
+//           runs timed one by one, per repetition (the steady state, without the cold first run
+//           that the warm row's mean of 100 includes).
 //   chip_f  idle: the process CPU time (every thread) over a 1 s sleep of the main thread right
 //           after a run, as % of one core (PERFORMANCE.md i: <= 1 %); the device threads spin
 //           briefly after the run and must then sleep.
@@ -30,11 +32,13 @@
 #include <time.h>
 
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.hpp"
@@ -403,6 +407,32 @@ int run(int argc, char** argv) {
     };
     sb::run_scenario(rep, "chip_e_run_1_task_spaced", "ns/run", spaced);
     rep.ratio("chip_e_run_1_task_spaced", "chip", "thread");
+
+    // The steady state: each repetition times kLatencyRuns back-to-back runs one by one, after
+    // kLatencyWarm untimed ones (the first run after the gap is the cold one above), and keeps
+    // their p50. Rows: the median and p99 over repetitions of those p50s.
+    const int kLatencyRuns = opt.tiny ? 50 : 2000, kLatencyWarm = opt.tiny ? 5 : 100;
+    auto p50_of = [&](auto&& call) {
+      for (int r = 0; r < kLatencyWarm; ++r) call();
+      std::vector<double> one;
+      one.reserve(static_cast<std::size_t>(kLatencyRuns));
+      for (int r = 0; r < kLatencyRuns; ++r) one.push_back(sb::time_ns(call));
+      return sb::summarise(std::move(one)).median;
+    };
+    std::vector<double> chip_p50, thread_p50;
+    for (int rep_i = 0; rep_i < opt.reps; ++rep_i) {
+      if (opt.gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opt.gap_ms));
+      chip_p50.push_back(p50_of([&] { chip.run_count(chip.chain, 1); }));
+      if (opt.gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opt.gap_ms));
+      thread_p50.push_back(p50_of([&] { parked.round_trip(); }));
+    }
+    rep.add("chip_e_run_1_task_p50", "chip", "ns/run", sb::summarise(chip_p50));
+    rep.add("chip_e_run_1_task_p50", "thread", "ns/run", sb::summarise(thread_p50));
+    rep.ratio("chip_e_run_1_task_p50", "chip", "thread");
+    rep.note(
+        fmt::format("p50 of {} back-to-back runs per repetition; target (issue 13): chip "
+                    "<= 20 us",
+                    kLatencyRuns));
   }
   {
     rep.section("chip_d: device boot (re-wire + reset) vs task window size");
