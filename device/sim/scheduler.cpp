@@ -171,9 +171,12 @@ void install_fault_handler() {
 
 namespace {
 
-/// Names the calling device thread "d<device> <role><index>" (index < 0: none), cut to the
-/// 15 characters Linux keeps. Best effort: a name is a diagnostic, never a reason to fail.
-void name_thread(std::int32_t device, const char* role, std::int64_t index) noexcept {
+/// Names device thread `t` "d<device> <role><index>" (index < 0: none), cut to the 15
+/// characters Linux keeps. Called by the thread that started it, so the name is there once
+/// init() returns, whether or not the thread has run yet. Best effort: a name is a diagnostic,
+/// never a reason to fail.
+void name_thread(std::thread& t, std::int32_t device, const char* role,
+                 std::int64_t index) noexcept {
   char name[16] = {};
   try {
     if (index < 0)
@@ -183,7 +186,7 @@ void name_thread(std::int32_t device, const char* role, std::int64_t index) noex
   } catch (...) {
     return;
   }
-  static_cast<void>(::pthread_setname_np(::pthread_self(), name));
+  static_cast<void>(::pthread_setname_np(t.native_handle(), name));
 }
 
 }  // namespace
@@ -194,25 +197,26 @@ int Context::start_threads() {
     // while they outnumber the cores, as they always did. Each is named after its device and
     // role ("d0 aic0", "d0 aiv3", "d0 sched1", "d0 orch"), so top, perf and gdb tell them apart.
     const std::uint32_t C = config.num_clusters;
+    const std::int32_t dev = config.device_id;
     for (std::uint32_t i = 0; i < threads.core_count; ++i) {
-      threads.cores[i].thread = std::thread([this, i, C] {
-        name_thread(config.device_id, i < C ? "aic" : "aiv", i < C ? i : i - C);
+      threads.cores[i].thread = std::thread([this, i] {
         const detail::AwakeThreads::Member awake(1);
         core_main(static_cast<int>(i));
       });
+      name_thread(threads.cores[i].thread, dev, i < C ? "aic" : "aiv", i < C ? i : i - C);
     }
     for (int s = 0; s < kMaxAicpuThreads - 1; ++s) {
       threads.sched_threads[s] = std::thread([this, s] {
-        name_thread(config.device_id, "sched", static_cast<std::uint32_t>(s));
         const detail::AwakeThreads::Member awake(1);
         scheduler_main(s);
       });
+      name_thread(threads.sched_threads[s], dev, "sched", s);
     }
     threads.orch_thread = std::thread([this] {
-      name_thread(config.device_id, "orch", -1);
       const detail::AwakeThreads::Member awake(1);
       orchestrator_main();
     });
+    name_thread(threads.orch_thread, dev, "orch", -1);
   } catch (const std::system_error& e) {
     stop_threads();
     return fail(SIMPLER_ERR_SYSTEM, fmt::format("cannot start the device threads: {}", e.what()));
