@@ -451,10 +451,10 @@ TEST_CASE("the device threads carry their role and device in their names", "[dev
   CHECK(simpler::testing::threads_named("d3 aiv4").empty());
 }
 
-// A run takes part only the schedulers its aicpu_thread_num uses (the default 3: the
+// Only the AICPU threads a run's aicpu_thread_num names take part in it (the default 3: the
 // orchestrator and schedulers 0 and 1). The others are neither woken by its launch nor waited
-// for: on two cores, a third scheduler spinning for launches it never serves delayed every hand-off
-// of a one-task run.
+// for: on two cores, a third scheduler spinning for launches it never serves delayed every
+// hand-off of a one-task run.
 TEST_CASE("a scheduler the run does not use sleeps through it", "[device][threads]") {
   // A device id of its own: a broken context of an earlier test may keep its threads.
   Device d({}, 12);
@@ -488,7 +488,8 @@ TEST_CASE("a scheduler the run does not use sleeps through it", "[device][thread
       REQUIRE(d.run(kChain, n, &cfg) == SIMPLER_OK);
       for (auto v : d.data) REQUIRE(v == static_cast<std::int32_t>(n));
       if (i % 8 == 0) {
-        // Between runs of this shape, sleeps make the threads park instead of spin.
+        // Not a synchronisation: a pause now and then lets the threads park, so that the runs
+        // after it find them asleep rather than spinning (both launch paths get exercised).
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }

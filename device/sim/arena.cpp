@@ -238,7 +238,7 @@ void Context::boot() {
     rc.heap = heap;
     heap += align_up(s.heap[r], 4096);
     // Shared state reset: the window and heap start empty.
-    // relaxed: no device thread runs during a boot; the launch's seq_cst generation bump
+    // relaxed: no device thread runs during a boot; the launch word's seq_cst store
     // publishes all of this.
     rc.current.store(0, std::memory_order_relaxed);
     rc.last_alive.store(0, std::memory_order_relaxed);

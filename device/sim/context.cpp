@@ -545,7 +545,7 @@ int Context::launch_run() {
   install_fault_handler();
   boot();
   diag_launch(*this);
-  // relaxed: the device threads are asleep; the seq_cst generation bump below publishes these.
+  // relaxed: the device threads are asleep; the seq_cst launch-word store below publishes these.
   outcome.status.store(0, std::memory_order_relaxed);
   {
     std::lock_guard lk(outcome.mu);

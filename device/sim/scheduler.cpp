@@ -265,7 +265,7 @@ bool Context::wait_for_launch(detail::EventCount& event, int aicpu, std::uint64_
   // The word the predicate accepted: the host does not launch again before this thread checked
   // in (threads_done), so it is still the current one.
   seen = launch_count(word);
-  // Relaxed: written before the seq_cst generation bump just read.
+  // Relaxed: written before the seq_cst launch-word store just read.
   const std::uint64_t launched = threads.launched_ns.load(std::memory_order_relaxed);
   const auto spin_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(kLaunchSpin).count());
   pace.spin = pace.ended_ns != 0 && launched - pace.ended_ns < spin_ns;

@@ -2,9 +2,9 @@
 //
 // One Context per simpler_device_context. A Context owns persistent threads: AICPU threads (the
 // orchestrator and up to three schedulers) and AICore threads (per cluster one AIC and two AIV
-// cores). Between runs every thread sleeps on a futex; a run wakes them by bumping the run
-// generation. Nothing here is global: two contexts in one process share no state (the fault
-// handler is process-wide but only routes a signal to the thread that raised it).
+// cores). Between runs every thread sleeps on a futex; a launch wakes those the run uses by
+// storing a new launch word. Nothing here is global: two contexts in one process share no state
+// (the fault handler is process-wide but only routes a signal to the thread that raised it).
 //
 // The tensormap_and_ringbuffer runtime ("TRB") lives in three kinds of memory:
 //  - the runtime arena (arena.cpp): ring control blocks, ready queues, the TensorMap, the
@@ -529,8 +529,8 @@ struct SchedState {
 };
 
 /// The device threads and the AICore cores. Started by the host in init() and stopped in
-/// finalize(); the host bumps `generation` to launch a run. The cores' own handshake state is in
-/// Core.
+/// finalize(); the host stores a new `launch_word` to launch a run. The cores' own handshake
+/// state is in Core.
 struct Threads {
   std::unique_ptr<Core[]> cores;  ///< [0, C) AIC, [C, 3C) AIV pairs
   std::uint32_t core_count = 0;
