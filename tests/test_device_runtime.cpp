@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -626,6 +627,74 @@ TEST_CASE("a run using fewer clusters than the context has leaves the others' co
     REQUIRE(d.run(kIndependent, 200, &cfg) == SIMPLER_OK);
   }
   d.check_usable();
+}
+
+TEST_CASE("the orchestrator hands a task ready at submit to an idle core itself",
+          "[device][run-on][direct]") {
+  Device d;
+  SECTION("a one-task run: always, since every core is idle when a run starts") {
+    const std::uint64_t before = d.stats().direct_dispatches;
+    for (int i = 0; i < 200; ++i) {
+      d.data.fill(0);
+      REQUIRE(d.run(kChain, 1) == SIMPLER_OK);
+      REQUIRE(d.data[0] == 1);
+    }
+    CHECK(d.stats().direct_dispatches - before == 200);
+  }
+  SECTION("a chain: its first task, and a later one only if its producer already completed") {
+    const std::uint64_t before = d.stats().direct_dispatches;
+    for (int i = 0; i < 50; ++i) {
+      d.data.fill(0);
+      REQUIRE(d.run(kChain, 8) == SIMPLER_OK);
+      REQUIRE(d.data[0] == 8);  // in order: each increment saw the one before
+    }
+    const std::uint64_t direct = d.stats().direct_dispatches - before;
+    CHECK(direct >= 50);
+    CHECK(direct <= 50 * 8);
+  }
+  SECTION("independent tasks: the ones that find a core idle; the rest queue, and all run") {
+    const auto s0 = d.stats();
+    for (int i = 0; i < 20; ++i) REQUIRE(d.run(kIndependent, 500) == SIMPLER_OK);
+    const auto s1 = d.stats();
+    CHECK(s1.tasks_completed - s0.tasks_completed == 20 * 500);
+    CHECK(s1.direct_dispatches - s0.direct_dispatches >= 20);
+    CHECK(s1.direct_dispatches - s0.direct_dispatches <= 20 * 500);
+  }
+  SECTION("not while a trace records per scheduler (cores do not run on then)") {
+    simpler_run_config cfg{};
+    cfg.struct_size = sizeof cfg;
+    cfg.swimlane = 1;
+    const std::uint64_t before = d.stats().direct_dispatches;
+    for (int i = 0; i < 20; ++i) {
+      d.data.fill(0);
+      REQUIRE(d.run(kChain, 3, &cfg) == SIMPLER_OK);
+      REQUIRE(d.data[0] == 3);
+    }
+    CHECK(d.stats().direct_dispatches == before);
+  }
+  d.check_usable();
+}
+
+TEST_CASE("stats fill only the struct the caller has", "[device][abi]") {
+  Device d;
+  REQUIRE(d.run(kChain, 1) == SIMPLER_OK);
+  // A caller built before direct_dispatches existed: its struct ends at early_returns.
+  constexpr std::size_t old_size = offsetof(simpler_context_stats, direct_dispatches);
+  alignas(simpler_context_stats) std::array<unsigned char, sizeof(simpler_context_stats) + 8> buf{};
+  buf.fill(0xAB);
+  simpler_context_stats head{};
+  head.struct_size = old_size;
+  std::memcpy(buf.data(), &head, sizeof head.struct_size);
+  REQUIRE(d.api.get_stats(d.ctx, reinterpret_cast<simpler_context_stats*>(buf.data())) ==
+          SIMPLER_OK);
+  for (std::size_t i = old_size; i < buf.size(); ++i) {
+    INFO("byte " << i);
+    CHECK(buf[i] == 0xAB);
+  }
+  simpler_context_stats got{};
+  std::memcpy(&got, buf.data(), old_size);
+  CHECK(got.struct_size == old_size);
+  CHECK(got.runs == 1);
 }
 
 TEST_CASE("a context destroyed right after a run, or before any, stops its parked threads",

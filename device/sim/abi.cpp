@@ -111,7 +111,13 @@ SIMPLER_EXPORT const char* simpler_last_error(const simpler_device_context* ctx)
 SIMPLER_EXPORT int simpler_get_stats(const simpler_device_context* ctx,
                                      simpler_context_stats* out) {
   if (ctx == nullptr || out == nullptr) return SIMPLER_ERR_INVALID_ARGUMENT;
-  as_ctx(ctx)->stats(out);
+  // A caller built against an older header passes a smaller struct: fill only what it has.
+  simpler_context_stats s{};
+  as_ctx(ctx)->stats(&s);
+  const std::size_t n =
+      out->struct_size != 0 && out->struct_size < sizeof s ? out->struct_size : sizeof s;
+  std::memcpy(out, &s, n);
+  if (n >= sizeof(std::uint32_t)) out->struct_size = static_cast<std::uint32_t>(n);
   return SIMPLER_OK;
 }
 

@@ -553,6 +553,7 @@ int Context::launch_run() {
   }
   orch.done.store(0, std::memory_order_relaxed);
   orch.submitted.store(0, std::memory_order_relaxed);
+  orch.direct.store(0, std::memory_order_relaxed);
   sched.completed.store(0, std::memory_order_relaxed);
   outcome.threads_done.store(0, std::memory_order_relaxed);
   sched.cores_busy.store(0, std::memory_order_relaxed);
@@ -663,6 +664,7 @@ int Context::finalize_run() {
   if (run.dump_tensor || run.pmu != 0) finish_diagnostics();
   ++counters.runs;
   counters.tasks_completed += sched.completed.load(std::memory_order_seq_cst);
+  counters.direct_dispatches += orch.direct.load(std::memory_order_seq_cst);
   const int status = outcome.status.load(std::memory_order_seq_cst);
   if (status != 0) {
     arena.dirty = true;
@@ -686,6 +688,7 @@ void Context::stats(simpler_context_stats* out) const {
   s.tasks_completed = counters.tasks_completed;
   s.last_boot_ns = counters.last_boot_ns;
   s.early_returns = counters.early_returns;
+  s.direct_dispatches = counters.direct_dispatches;
   {
     std::lock_guard lk(memory.mu);
     s.committed_bytes = memory.committed;

@@ -435,7 +435,8 @@ std::uint64_t Context::submit(simpler_mixed_kernels k, const simpler_task_builde
                 sizeof(simpler_chip_tensor) * static_cast<std::size_t>(p.tensor_count));
   }
   // Drop the wiring hold: the task is ready now unless a producer is still pending.
-  if (s.fanin_remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) push_ready(id);
+  if (s.fanin_remaining.fetch_sub(1, std::memory_order_acq_rel) == 1 && !dispatch_direct(id))
+    push_ready(id);
   return id;
 }
 

@@ -323,6 +323,7 @@ void Context::core_main(int index) {
         std::chrono::microseconds(20), far_future());
     if (threads.stopping.load(std::memory_order_seq_cst) != 0) return;
     last = token;
+    const bool run_on = run.cores_run_on;
     for (;;) {  // one kernel per pass; more than one only when running on
       const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
       PmuSample sample;
@@ -335,7 +336,7 @@ void Context::core_main(int index) {
             t0, trace_now_ns(), c.running.load(std::memory_order_relaxed), -1, SIMPLER_TRACE_KERNEL,
             c.func_id.load(std::memory_order_relaxed), c.local.block_idx);
       }
-      if (!run.cores_run_on) break;
+      if (!run_on) break;
       // Running on: retire the task here, and run the next ready one of this core's shape (in a
       // chain, the successor this completion just made ready) without a hand-off. Tasks left in
       // the queues (other shapes, more than this core takes) wake the schedulers, once per pass.
@@ -346,6 +347,14 @@ void Context::core_main(int index) {
       if (!more) break;
     }
     const int owner = c.scheduler;
+    if (run_on) {
+      // Running on, the core retired its tasks itself: it goes idle itself too, so neither its
+      // scheduler nor the end of the run waits for a hand-off. Release: whoever dispatches to it
+      // next (a CAS on `running`) or sees the run over sees every write of its tasks. After this
+      // store the core touches no run state (`owner` was read before it).
+      sched.cores_busy.fetch_sub(1, std::memory_order_relaxed);
+      c.running.store(SIMPLER_INVALID_TASK_ID, std::memory_order_release);
+    }
     // seq_cst: the scheduler's sleep check reads COND with seq_cst after registering.
     c.cond.store(kCondFin | token, std::memory_order_seq_cst);
     sched.wake[owner].notify_all();
@@ -408,6 +417,38 @@ void Context::scheduler_main(int index) {
   }
 }
 
+bool Context::claim_core(Core& c, std::uint64_t id) noexcept {
+  std::uint64_t idle = SIMPLER_INVALID_TASK_ID;
+  // acquire: the core's release store that made it idle (its last task's writes); a failed
+  // claim leaves the core to whoever won.
+  return c.running.compare_exchange_strong(idle, id, std::memory_order_acquire,
+                                           std::memory_order_relaxed);
+}
+
+bool Context::dispatch_direct(std::uint64_t id) {
+  const SlotState& st = slot_of(id);
+  const auto shape = static_cast<Shape>(st.shape);
+  if (shape == Shape::Mix || !run.cores_run_on || fatal()) return false;
+  const Payload& p = payload_of(id);
+  if (p.block_num != 1 || !header().queues[static_cast<int>(shape)].empty()) return false;
+  if (sched.cores_busy.load(std::memory_order_relaxed) != 0) return false;
+  const std::uint32_t C = config.num_clusters;
+  const bool aic = shape == Shape::Aic;
+  const std::uint32_t first = aic ? 0 : C;
+  const std::uint32_t count = aic ? run.clusters : 2 * run.clusters;
+  for (std::uint32_t i = first; i < first + count; ++i) {
+    Core& c = threads.cores[i];
+    if (c.running.load(std::memory_order_relaxed) != SIMPLER_INVALID_TASK_ID) continue;
+    if (!claim_core(c, id)) continue;
+    payload_of(id).next_block = 1;  // its only block (claim_block's step)
+    dispatch_lane(c, id, aic ? p.kernels[0] : aiv_kernel(p), 0);
+    orch.direct.store(orch.direct.load(std::memory_order_relaxed) + 1,
+                      std::memory_order_relaxed);  // its only writer
+    return true;
+  }
+  return false;
+}
+
 void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id,
                             std::int32_t block_idx) {
   const std::uint64_t t0 = diag.swimlane != 0 ? trace_now_ns() : 0;
@@ -431,7 +472,7 @@ void Context::dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id,
 
 void Context::finish_core(Core& c, bool& pushed) {
   const std::uint64_t id = c.running.load(std::memory_order_relaxed);
-  c.running.store(SIMPLER_INVALID_TASK_ID, std::memory_order_relaxed);
+  c.running.store(SIMPLER_INVALID_TASK_ID, std::memory_order_release);
   sched.cores_busy.fetch_sub(1, std::memory_order_relaxed);
   // Running on, the core retired its tasks itself before it answered FIN.
   if (!run.cores_run_on) retire_lane(c, id, pushed);
@@ -535,11 +576,14 @@ class SchedulerRun {
   std::uint32_t aiv0_of(std::uint32_t k) const noexcept { return clusters_total_ + 2 * k; }
   std::uint32_t aiv1_of(std::uint32_t k) const noexcept { return clusters_total_ + 2 * k + 1; }
 
-  // relaxed (running): this scheduler alone turns it INVALID and back (see Core).
+  // acquire (running): pairs with the release store that made the core idle (see Core).
   bool idle(std::uint32_t core) const noexcept {
-    return cores_[core].running.load(std::memory_order_relaxed) == SIMPLER_INVALID_TASK_ID;
+    return cores_[core].running.load(std::memory_order_acquire) == SIMPLER_INVALID_TASK_ID;
   }
+  /// A core of ours answered FIN and waits for us to finish its task. Never when cores run on:
+  /// they go idle themselves (and the orchestrator may be dispatching to one, writing `token`).
   bool finished(std::uint32_t core) const noexcept {
+    if (run_on_) return false;
     const Core& c = cores_[core];
     return !idle(core) && c.cond.load(std::memory_order_seq_cst) == (kCondFin | c.token);
   }
@@ -605,6 +649,21 @@ class SchedulerRun {
     return clusters_total_;
   }
 
+  /// Claims the lanes in `lane_mask` of cluster k for task `id`, all or none.
+  bool claim_lanes(std::uint32_t k, std::uint8_t lane_mask, std::uint64_t id) noexcept {
+    const std::uint32_t lanes[3] = {k, aiv0_of(k), aiv1_of(k)};
+    for (int l = 0; l < 3; ++l) {
+      if ((lane_mask & (1U << l)) == 0) continue;
+      if (ctx_.claim_core(cores_[lanes[l]], id)) continue;
+      for (int u = 0; u < l; ++u) {  // undo: nothing was dispatched to them yet
+        if ((lane_mask & (1U << u)) != 0)
+          cores_[lanes[u]].running.store(SIMPLER_INVALID_TASK_ID, std::memory_order_release);
+      }
+      return false;
+    }
+    return true;
+  }
+
   bool dispatch_mix(bool& pushed) {
     bool did = false;
     std::uint64_t id;
@@ -615,6 +674,10 @@ class SchedulerRun {
       const std::uint32_t k = cluster_for(st.lane_mask);
       if (k == clusters_total_) {
         q_mix_.push(id);  // no cluster of ours fits it now; another scheduler or a later pass
+        break;
+      }
+      if (!claim_lanes(k, st.lane_mask, id)) {  // the orchestrator took one meanwhile
+        q_mix_.push(id);
         break;
       }
       const Payload& p = ctx_.payload_of(id);
@@ -633,6 +696,10 @@ class SchedulerRun {
     for (std::uint32_t core : aic_) {
       if (!idle(core)) continue;
       if (!q_aic_.pop(id)) break;
+      if (!ctx_.claim_core(cores_[core], id)) {  // the orchestrator took it meanwhile
+        q_aic_.push(id);
+        continue;
+      }
       trace_pop(id);
       const std::int32_t b = claim_block(q_aic_, id, pushed);
       ctx_.dispatch_lane(cores_[core], id, ctx_.payload_of(id).kernels[0], b);
@@ -647,6 +714,10 @@ class SchedulerRun {
     for (std::uint32_t core : aiv_) {
       if (!idle(core)) continue;
       if (!q_aiv_.pop(id)) break;
+      if (!ctx_.claim_core(cores_[core], id)) {  // the orchestrator took it meanwhile
+        q_aiv_.push(id);
+        continue;
+      }
       trace_pop(id);
       const Payload& p = ctx_.payload_of(id);
       const std::int32_t b = claim_block(q_aiv_, id, pushed);
@@ -730,6 +801,7 @@ class SchedulerRun {
 
   Context& ctx_;
   const int index_;
+  const bool run_on_ = ctx_.run.cores_run_on;
   const std::uint32_t clusters_total_;  ///< C
   Core* const cores_;
   ReadyQueue& q_aic_;

@@ -336,14 +336,15 @@ inline constexpr std::uint32_t kRegIdle = 0x7ffffffdU;  ///< DMB: window open, n
 inline constexpr std::uint32_t kRegExit = 0x7ffffff0U;  ///< DMB: leave the run loop
 inline constexpr std::uint32_t kCondFin = 0x80000000U;
 
-/// One AICore's handshake registers and dispatch payload. The owning scheduler writes args and
-/// then the DMB token (release); the core answers through COND (release) and wakes the scheduler.
+/// One AICore's handshake registers and dispatch payload. Its dispatcher (the owning scheduler, or
+/// the orchestrator for a task ready at submit) writes args and then the DMB token (release); the
+/// core answers through COND (release) and wakes the scheduler.
 ///
 /// When the run lets cores run on (RunSetup::cores_run_on), a core that finished a kernel retires
 /// the task itself, and while a task of its shape is ready it takes one and runs it without going
 /// back to the scheduler: it rewrites its own args, `running`, `func_id` and `started`, which the
-/// scheduler then only reads (for its stall report). It answers FIN once, when nothing it can run
-/// is left; the scheduler sees the core busy from its dispatch to that FIN.
+/// scheduler then only reads (for its stall report). When nothing it can run is left it sets
+/// `running` back to INVALID itself, then answers FIN; the scheduler sees it busy until then.
 struct alignas(64) Core {
   std::atomic<std::uint32_t> dmb{0};
   std::atomic<std::uint32_t> cond{0};
@@ -355,11 +356,12 @@ struct alignas(64) Core {
   // Written by the core for the scheduler to read after FIN.
   std::int32_t fault_signal = 0;
   std::uint64_t fault_addr = 0;
-  // The task on the core (INVALID when idle), its kernel and when it started. The owning
-  // scheduler sets `running` at dispatch and clears it after FIN; in between only the core writes
-  // these (running on). Atomics because the scheduler's stall report reads them meanwhile;
-  // relaxed is enough: whether `running` is INVALID is decided by the scheduler alone, and the
-  // other values are diagnostics.
+  // The task on the core (INVALID when idle), its kernel and when it started. A dispatcher (the
+  // owning scheduler, or the orchestrator: dispatch_direct) takes an idle core with a CAS of
+  // `running` from INVALID (acquire), and so owns the core's args, token and seq until it is idle
+  // again; in between only the core writes these (running on). It goes idle by a release store
+  // of INVALID: by the core itself when running on, else by its scheduler after FIN. The other
+  // values are diagnostics (the stall report reads them meanwhile).
   std::atomic<std::uint64_t> running{SIMPLER_INVALID_TASK_ID};
   std::atomic<std::int32_t> func_id{-1};
   std::atomic<Clock::rep> started{0};
@@ -461,6 +463,7 @@ struct ArenaState {
 struct Counters {
   std::uint64_t orch_loads = 0, kernel_loads = 0, arena_builds = 0, arena_uploads = 0;
   std::uint64_t boots = 0, runs = 0, tasks_completed = 0, last_boot_ns = 0, early_returns = 0;
+  std::uint64_t direct_dispatches = 0;
 };
 
 /// What the current run executes. Written by the host in prepare_run/launch_run (the device
@@ -501,6 +504,9 @@ struct OrchState {
   /// Tasks submitted (and allocs made) this run: written per submit, read by the schedulers only
   /// once `done` is set and by the watchdog.
   alignas(64) std::atomic<std::uint64_t> submitted{0};
+  /// Tasks of this run the orchestrator dispatched itself (dispatch_direct); its line, its
+  /// writes. Read by the host after the run.
+  std::atomic<std::uint64_t> direct{0};
   /// Written once per run and when the orchestrator waits; read by the schedulers per task.
   alignas(64) std::atomic<std::uint32_t> done{0};  ///< the orchestration returned
   /// Wake-up filters for progress_event, so the orchestrator is not woken once per task while
@@ -620,6 +626,11 @@ class Context {
   void scheduler_main(int index);
   void run_scheduler(int index);
   void dispatch_lane(Core& c, std::uint64_t id, std::int32_t func_id, std::int32_t block_idx = 0);
+  /// Takes idle core `c` for task `id` (running: INVALID -> id); false when it is not idle.
+  bool claim_core(Core& c, std::uint64_t id) noexcept;
+  /// Orchestrator: dispatches ready task `id` to an idle core itself, skipping the ready queue
+  /// and the scheduler's hand-off; false when it cannot (see the definition).
+  bool dispatch_direct(std::uint64_t id);
   /// Completes the task of a core that reported FIN; sets `pushed` when consumers became ready.
   void finish_core(Core& c, bool& pushed);
   /// Reports a failed kernel of `c` (task `id`) and completes the task once its last lane is

@@ -169,8 +169,10 @@ typedef struct simpler_context_stats {
   uint32_t aic_cores;
   uint32_t aiv_cores;
   uint32_t reserved2;
-  uint64_t early_returns; /* runs whose wait returned on their last completion, before every
-                             device thread left them (the next call waited for those) */
+  uint64_t early_returns;     /* runs whose wait returned on their last completion, before every
+                                 device thread left them (the next call waited for those) */
+  uint64_t direct_dispatches; /* tasks the orchestrator handed to an idle core itself, ready at
+                                 submit: no ready queue, no scheduler hand-off */
 } simpler_context_stats;
 
 /* ---- functions ------------------------------------------------------------------------- */
