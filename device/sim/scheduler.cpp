@@ -84,6 +84,11 @@ std::int32_t aiv_kernel(const Payload& p) noexcept {
   return p.kernels[1] >= 0 ? p.kernels[1] : p.kernels[2];
 }
 
+/// The kernel a lane of type AIC (`aic`) or AIV runs for a task of its own queue's shape.
+std::int32_t kernel_for(bool aic, const Payload& p) noexcept {
+  return aic ? p.kernels[0] : aiv_kernel(p);
+}
+
 bool any_queued(const ArenaHeader& h) noexcept {
   for (const auto& q : h.queues) {
     if (!q.empty()) return true;
@@ -367,9 +372,8 @@ bool Context::take_next(Core& c, bool& pushed) {
   ReadyQueue& q = header().queues[static_cast<int>(aic ? Shape::Aic : Shape::Aiv)];
   std::uint64_t id;
   if (!q.pop(id)) return false;
-  const Payload& p = payload_of(id);
   const std::int32_t b = claim_block(*this, q, id, pushed);
-  load_task(c, id, aic ? p.kernels[0] : aiv_kernel(p), b);
+  load_task(c, id, kernel_for(aic, payload_of(id)), b);
   sched.progress.fetch_add(1, std::memory_order_relaxed);  // relaxed: a watchdog heuristic
   return true;
 }
@@ -426,12 +430,13 @@ bool Context::claim_core(Core& c, std::uint64_t id) noexcept {
 }
 
 bool Context::dispatch_direct(std::uint64_t id) {
-  const SlotState& st = slot_of(id);
-  const auto shape = static_cast<Shape>(st.shape);
-  if (shape == Shape::Mix || !run.cores_run_on || fatal()) return false;
-  const Payload& p = payload_of(id);
-  if (p.block_num != 1 || !header().queues[static_cast<int>(shape)].empty()) return false;
-  if (sched.cores_busy.load(std::memory_order_relaxed) != 0) return false;
+  // Cheapest test first: this runs on every submit whose task is ready at once, and with any
+  // core busy the schedulers (or a core running on) will take the task from its queue.
+  if (!run.cores_run_on || sched.cores_busy.load(std::memory_order_relaxed) != 0) return false;
+  const auto shape = static_cast<Shape>(slot_of(id).shape);
+  if (shape == Shape::Mix || fatal()) return false;
+  ReadyQueue& q = header().queues[static_cast<int>(shape)];
+  if (payload_of(id).block_num != 1 || !q.empty()) return false;
   const std::uint32_t C = config.num_clusters;
   const bool aic = shape == Shape::Aic;
   const std::uint32_t first = aic ? 0 : C;
@@ -440,8 +445,9 @@ bool Context::dispatch_direct(std::uint64_t id) {
     Core& c = threads.cores[i];
     if (c.running.load(std::memory_order_relaxed) != SIMPLER_INVALID_TASK_ID) continue;
     if (!claim_core(c, id)) continue;
-    payload_of(id).next_block = 1;  // its only block (claim_block's step)
-    dispatch_lane(c, id, aic ? p.kernels[0] : aiv_kernel(p), 0);
+    bool pushed = false;  // stays false: the task has one block
+    const std::int32_t b = claim_block(*this, q, id, pushed);
+    dispatch_lane(c, id, kernel_for(aic, payload_of(id)), b);
     orch.direct.store(orch.direct.load(std::memory_order_relaxed) + 1,
                       std::memory_order_relaxed);  // its only writer
     return true;
