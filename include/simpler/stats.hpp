@@ -40,6 +40,9 @@ struct LaneStats {
   /// Tasks of this lane (a thread child) that the thread running the orchestration ran itself
   /// while it waited at the end of the run (WorkerOptions::caller_runs_tasks). Diagnostics.
   std::uint64_t ran_by_run_thread = 0;
+  /// Times this lane's forked child moved itself off the CPU its tasks were sent from, having
+  /// found itself sharing it with the sender (docs/processes.md, "Sharing a CPU"). Diagnostics.
+  std::uint64_t child_cpu_steps = 0;
 };
 
 /// One heap ring (orch.alloc and auto-allocated outputs; one ring per scope depth).

@@ -558,6 +558,9 @@ class WorkerThread : public detail::LaneCore {
     Result& out = results[i];
     const LeafRequest& r = pl_requests_[i];
     out.outcome = endpoint_.receive(out.fault);
+    if constexpr (requires { endpoint_.cpu_steps(); }) {
+      stat_cpu_steps.set(endpoint_.cpu_steps());  // the line `answered` was just read from
+    }
     if (r.trace != nullptr) [[unlikely]] {
       trace_ran(core_.pool.at(ring[i].slot), ring[i].member, pl_trace_t0_[i], out.outcome,
                 *r.trace);

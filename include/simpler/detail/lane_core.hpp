@@ -173,6 +173,8 @@ struct LaneCore {
   StatCounter stat_driven;
   /// Helped lanes: tasks the run's thread ran itself in its fence (written under `helper`).
   StatCounter stat_helped;
+  /// Forked lanes: times the child stepped off its sender's CPU (copied at each answer taken).
+  StatCounter stat_cpu_steps;
 };
 
 /// Lanes with results to collect (each lane is on it at most once: see LaneCore::queued).

@@ -53,6 +53,7 @@ struct MailboxHeader {
   std::int32_t error_code = 0;   ///< its code: a device status, an errno; 0 when it has none
   std::uint64_t digest = 0;
   std::uint32_t index_hint = 0;
+  std::int32_t sender_cpu = -1;  ///< task: the CPU the parent sent it from (CpuStepOff)
   std::uint32_t blob_bytes = 0;  ///< task: the args blob; control: the payload
   std::uint64_t command = 0;     ///< control: the command
   std::uint64_t arg = 0;         ///< control: its argument
@@ -82,6 +83,9 @@ struct MailboxHeader {
   std::atomic<std::uint32_t> wanted{0};
   std::atomic<std::uint32_t> received{0};
   alignas(64) std::atomic<std::uint32_t> answered{0};
+  /// Times the child stepped off its sender's CPU (CpuStepOff; diagnostics). Child-written, on
+  /// the line the parent reads `answered` from.
+  std::atomic<std::uint32_t> cpu_steps{0};
 };
 
 inline constexpr std::size_t kMailboxBytes = std::size_t{64} << 10;

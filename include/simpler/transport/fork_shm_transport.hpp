@@ -40,6 +40,7 @@
 #include <fmt/format.h>
 
 #include "simpler/args_blob.hpp"
+#include "simpler/detail/cpu_step_off.hpp"
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/mailbox.hpp"
 #include "simpler/detail/process.hpp"
@@ -218,6 +219,7 @@ struct ForkShmTransport {
       detail::MailboxHeader& f = frame(sent_);
       f.digest = r.digest;
       f.index_hint = r.index_hint;
+      f.sender_cpu = detail::CpuStepOff::sender_cpu();
       f.config = *r.config;
       f.trace_level = r.trace != nullptr ? r.trace->level : 0;
       f.blob_bytes = static_cast<std::uint32_t>(need);
@@ -280,6 +282,12 @@ struct ForkShmTransport {
     [[nodiscard]] static constexpr std::chrono::milliseconds liveness_tick() noexcept {
       return kLivenessTick;
     }
+    /// Times the child stepped off the CPU its tasks were sent from (detail::CpuStepOff;
+    /// diagnostics). Any thread, while the endpoint is launched.
+    [[nodiscard]] std::uint32_t cpu_steps() const noexcept {
+      return box_ != nullptr ? box_->cpu_steps.load(std::memory_order_relaxed) : 0;
+    }
+
     /// Tasks handed to the child so far (diagnostics and tests; any thread).
     [[nodiscard]] std::uint32_t tasks_sent() const noexcept {
       return box_ != nullptr ? box_->sent.load(std::memory_order_seq_cst) : 0;
@@ -572,7 +580,8 @@ struct ForkShmTransport {
         }
       }
       answer(detail::MailboxState::Ready);
-      std::uint32_t served = 0;  // tasks answered (the child's copy of box_->answered)
+      detail::CpuStepOff step_off;  // see cpu_step_off.hpp
+      std::uint32_t served = 0;     // tasks answered (the child's copy of box_->answered)
       const auto request = [&] {
         if (box_->sent.load(std::memory_order_seq_cst) != served) return true;
         const auto s = box_->state.load(std::memory_order_seq_cst);
@@ -587,6 +596,7 @@ struct ForkShmTransport {
           if (box_->received.load(std::memory_order_seq_cst) != served) {
             box_->to_parent.notify_all();
           }
+          step_off.sleeping();
           got = box_->to_child.await(
               request, std::chrono::nanoseconds(0),
               std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
@@ -599,6 +609,7 @@ struct ForkShmTransport {
         // it waits for that very task.
         while (box_->sent.load(std::memory_order_seq_cst) != served) {
           detail::MailboxHeader& f = frame(served);
+          step_off.picked(f.sender_cpu);
           if (f.trace_level != 0) [[unlikely]] {
             serve_traced(f, frame_blob(served));
           } else {
@@ -608,6 +619,10 @@ struct ForkShmTransport {
           if (box_->wanted.load(std::memory_order_seq_cst) == served - 1) {
             box_->to_parent.notify_all();
           }
+        }
+        // Every answer is out: stepping off the sender's CPU now delays none of them.
+        if (step_off.batch_done()) {
+          box_->cpu_steps.store(step_off.steps(), std::memory_order_relaxed);
         }
         switch (box_->state.load(std::memory_order_seq_cst)) {
           case detail::MailboxState::Shutdown:
