@@ -49,6 +49,7 @@ class Scheduler {
   /// threads and the scheduler thread. On failure everything started is stopped again.
   void start() {
     try {
+      (void)detail::AwakeThreads::cores();  // on this thread, whose mask the engine's inherit
       for_each_lane([](auto& l) { l.launch(); });
       loop_.prepare();
       for_each_lane([](auto& l) { l.start(); });

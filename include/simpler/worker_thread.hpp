@@ -380,8 +380,16 @@ class WorkerThread : public detail::LaneCore {
       const auto work = [&] {
         if (stopping.load(std::memory_order_seq_cst)) return true;
         if (driver_.load(std::memory_order_seq_cst) != 0) return false;  // its holder does it
-        if (posted.load(std::memory_order_seq_cst) != sent_pub_.load(std::memory_order_seq_cst) ||
-            endpoint_.answers_waiting()) {
+        if (posted.load(std::memory_order_seq_cst) != sent_pub_.load(std::memory_order_seq_cst)) {
+          return true;
+        }
+        // Answers nobody took, unless the run's fence is polling: it takes them itself. A lane
+        // thread that raced it for them stayed awake from one run to the next, and its weight
+        // (itself and the child) kept the process crowded: three threads spun on two CPUs, the
+        // child shared one with the fence, and no sender could name a CPU to step off
+        // (CpuStepOff). The fence stops polling before it sleeps; answers that come after
+        // that wake this thread through the child.
+        if (!core_.orch_polling.load(std::memory_order_seq_cst) && endpoint_.answers_waiting()) {
           return true;
         }
         // Sent by another thread while this one meant to sleep long: sleep short instead.

@@ -84,7 +84,11 @@ class AwakeThreads {
     return count_.load(std::memory_order_relaxed) > cores();
   }
   [[nodiscard]] static int count() noexcept { return count_.load(std::memory_order_relaxed); }
-  /// The CPUs this process may run on (its affinity mask when it was first asked).
+  /// The CPUs this process may run on: the affinity mask of the first thread that asked. The
+  /// Scheduler asks before it starts the engine's threads, so they count from the mask they
+  /// inherit, not from a run's thread the user pins to one CPU afterwards (a count of one
+  /// would make the process look crowded for good, and its senders name no CPU to step off:
+  /// CpuStepOff).
   [[nodiscard]] static int cores() noexcept {
     int n = cores_.load(std::memory_order_relaxed);
     if (n == 0) {
