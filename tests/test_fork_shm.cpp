@@ -507,6 +507,37 @@ TEST_CASE("a forked child's spins count the parent's threads as crowding it",
   CHECK(AwakeThreads::count() == before);
 }
 
+// The parent skips a notify only while the child must still answer an earlier frame and then
+// re-read `sent`. The lost wake this guards against: a send found the child already caught up
+// (it answered that very frame between the parent's store of `sent` and its load of
+// `answered`), and the next send, seeing no new answer, skipped the notify the now sleeping
+// child needed: it slept out its 100 ms liveness timeout.
+TEST_CASE("a send skips the child's wake-up only while the child is behind", "[fork-shm][wake]") {
+  detail::ChildWake w;
+  SECTION("a child that answered everything, even the frame just sent, is woken next time") {
+    CHECK(w.needed(1, 0));  // first frame: the child is behind
+    CHECK(w.needed(2, 2));  // it answered 0 and 1 already: caught up
+    CHECK(w.needed(3, 2));  // the lost wake: no new answer, yet the child may sleep now
+    CHECK_FALSE(w.needed(4, 2));  // that send found frame 2 unanswered: this one is seen
+  }
+  SECTION("frames sent while the child is behind with no answer since are not woken for") {
+    CHECK(w.needed(1, 0));
+    CHECK_FALSE(w.needed(2, 0));  // it has frame 0 to answer, then reads `sent` again
+    CHECK_FALSE(w.needed(3, 0));
+    CHECK(w.needed(4, 1));  // an answer came: where it is now is unknown, wake it
+    CHECK_FALSE(w.needed(5, 1));
+    CHECK(w.needed(6, 6));  // caught up
+    CHECK(w.needed(7, 6));
+  }
+  SECTION("the counters wrap") {
+    constexpr std::uint32_t kTop = 0xffffffffU;
+    CHECK(w.needed(kTop, kTop - 1));
+    CHECK_FALSE(w.needed(0, kTop - 1));
+    CHECK(w.needed(1, 1));
+    CHECK(w.needed(2, 1));
+  }
+}
+
 namespace {
 /// The shared ("rw-s") mappings of a process, one per line of /proc/<pid>/maps (not merged), as
 /// "begin-end" strings with their path.

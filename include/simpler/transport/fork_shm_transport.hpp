@@ -227,15 +227,9 @@ struct ForkShmTransport {
       pending_[sent_ % kWindow] = Pending{r.deadline, r.deadline_ms, r.run_deadline, r.trace};
       ++sent_;
       box_->sent.store(sent_, std::memory_order_seq_cst);  // publishes the frame
-      // Wake the child unless a wake this batch is still pending: it was sent after an earlier
-      // frame while the child had answered `woke_at_`, and the child has answered nothing since,
-      // so it has not yet looked at the ring again and will find this frame when it does (it
-      // reads `sent` after its next store of `answered`, which comes after our load below).
-      const std::uint32_t a = box_->answered.load(std::memory_order_seq_cst);
-      if (!woke_ || a != woke_at_) {
+      // Wake the child unless it is sure to find this frame before it sleeps (ChildWake).
+      if (child_wake_.needed(sent_, box_->answered.load(std::memory_order_seq_cst))) {
         box_->to_child.notify_all();
-        woke_ = true;
-        woke_at_ = a;
       }
       return true;
     }
@@ -753,8 +747,7 @@ struct ForkShmTransport {
     std::array<Pending, kWindow> pending_{};
     std::uint32_t sent_ = 0;              ///< tasks sent
     std::uint32_t received_ = 0;          ///< outcomes returned by receive()
-    bool woke_ = false;                   ///< a wake was sent to the child ...
-    std::uint32_t woke_at_ = 0;           ///< ... when it had answered this many tasks
+    detail::ChildWake child_wake_;        ///< whether a send must notify the child
     std::uint32_t first_unanswered_ = 0;  ///< when the child ended: the first task it left
     std::uint32_t killed_seq_ = 0;        ///< the task whose deadline killed the child ...
     bool killed_at_deadline_ = false;     ///< ... if one did
