@@ -120,11 +120,23 @@ TEST_CASE(
   auto count = w.register_sub("count", [&](TaskArgsView) { ++ran; });
   w.init();
   constexpr int kRuns = 10;
+  int runs = 0;
+  int asleep_at_submit = 0;  // runs whose submit found the scheduler thread and the lane asleep
   int by_submit = 0;
-  for (int i = 0; i < kRuns; ++i) {
+  // The scheduler thread wakes by itself every idle tick (200 ms), and a submit that comes while
+  // it is up for one leaves the task to it: such a run says nothing, so it is not counted (it
+  // made this test fail about 1 run in 150). The check right before the submit leaves a window
+  // of a few loads instead of the whole run's start.
+  while (asleep_at_submit < kRuns && runs < 5 * kRuns) {
+    ++runs;
     await_scheduler_asleep(w);
     w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
       const std::uint64_t before = w.stats().orchestrator_passes;
+      if (!w.scheduler().asleep() || lanes_awake(w) != 0) {
+        orch.submit_sub(count);
+        return;
+      }
+      ++asleep_at_submit;
       orch.submit_sub(count);
       // The submit found the scheduler thread asleep: it dispatched the task itself, in a pass
       // on this thread, rather than wake that thread. (It may have run a second pass too, for
@@ -132,11 +144,12 @@ TEST_CASE(
       if (w.stats().orchestrator_passes > before) ++by_submit;
     });
   }
-  CHECK(ran == kRuns);
-  CHECK(by_submit == kRuns);
+  CHECK(asleep_at_submit == kRuns);
+  CHECK(by_submit == asleep_at_submit);
+  CHECK(ran == runs);
   const WorkerStats st = w.stats();
-  CHECK(st.tasks_completed == kRuns);
-  CHECK(st.orchestrator_passes >= kRuns);
+  CHECK(st.tasks_completed == static_cast<std::uint64_t>(runs));
+  CHECK(st.orchestrator_passes >= static_cast<std::uint64_t>(kRuns));
   w.close();
 }
 
