@@ -515,9 +515,9 @@ TEST_CASE("a forked child's spins count the parent's threads as crowding it",
 TEST_CASE("a send skips the child's wake-up only while the child is behind", "[fork-shm][wake]") {
   detail::ChildWake w;
   SECTION("a child that answered everything, even the frame just sent, is woken next time") {
-    CHECK(w.needed(1, 0));  // first frame: the child is behind
-    CHECK(w.needed(2, 2));  // it answered 0 and 1 already: caught up
-    CHECK(w.needed(3, 2));  // the lost wake: no new answer, yet the child may sleep now
+    CHECK(w.needed(1, 0));        // first frame: the child is behind
+    CHECK(w.needed(2, 2));        // it answered 0 and 1 already: caught up
+    CHECK(w.needed(3, 2));        // the lost wake: no new answer, yet the child may sleep now
     CHECK_FALSE(w.needed(4, 2));  // that send found frame 2 unanswered: this one is seen
   }
   SECTION("frames sent while the child is behind with no answer since are not woken for") {
