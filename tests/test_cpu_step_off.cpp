@@ -35,6 +35,7 @@ struct FakeOs {
   bool fail_get = false;
   int fail_set_call = -1;  ///< the index (0-based) of the set_affinity call that fails
   std::vector<cpu_set_t> sets;
+  std::vector<std::uint32_t> announced_at_set;  ///< the step flag at each set_affinity call
   CpuStepOff::Clock::time_point now{std::chrono::seconds(100)};
 
   void reset(std::initializer_list<int> cpus, int on) {
@@ -45,6 +46,7 @@ struct FakeOs {
   }
 };
 FakeOs os;
+std::atomic<std::uint32_t> announced{0};  ///< CpuStepOff::announce_to's flag (MailboxHeader)
 
 constexpr CpuStepOff::Ops kFakeOps{
     []() noexcept { return os.cpu; },
@@ -54,6 +56,7 @@ constexpr CpuStepOff::Ops kFakeOps{
       return true;
     },
     [](const cpu_set_t& m) noexcept {
+      os.announced_at_set.push_back(announced.load());
       if (static_cast<int>(os.sets.size()) == os.fail_set_call) {
         os.sets.push_back(m);
         return false;
@@ -104,6 +107,36 @@ TEST_CASE("a child steps off its sender's CPU after two shared batches, and rest
   CHECK(cpus_of(os.sets[1]) == std::vector<int>{0, 1, 2});  // and the mask it had, back
   CHECK(os.cpu != 1);
   CHECK_FALSE(s.off());
+}
+
+TEST_CASE("a step is announced from before its first affinity call until after its last",
+          "[fork][step-off]") {
+  const auto step_with = [](int fail_set_call) {
+    os.reset({0, 1}, 0);
+    os.fail_set_call = fail_set_call;
+    announced = 7;  // anything: the step sets and clears it
+    CpuStepOff s(kFakeOps);
+    s.announce_to(&announced);
+    CHECK_FALSE(batch(s, 0));
+    CHECK(announced == 7);  // no step, no announcement
+    batch(s, 0);
+    return s.steps();
+  };
+  SECTION("a step that works") {
+    CHECK(step_with(-1) == 1);
+    CHECK(os.announced_at_set == std::vector<std::uint32_t>{1, 1});
+    CHECK(announced == 0);
+  }
+  SECTION("narrowing the mask fails") {
+    CHECK(step_with(0) == 0);
+    CHECK(os.announced_at_set == std::vector<std::uint32_t>{1});
+    CHECK(announced == 0);
+  }
+  SECTION("restoring the mask fails") {
+    CHECK(step_with(1) == 1);
+    CHECK(os.announced_at_set == std::vector<std::uint32_t>{1, 1});
+    CHECK(announced == 0);
+  }
 }
 
 TEST_CASE("a batch on another CPU than the sender's, or of unknown origin, resets the streak",

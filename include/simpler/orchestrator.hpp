@@ -266,6 +266,8 @@ class OrchestratorBase {
   [[nodiscard]] bool workers_idle() const noexcept;
   /// Takes in the answers to tasks this thread sent to driven lanes (LaneCore::drive).
   void collect_driven() noexcept;
+  /// Whether a driven lane's child is stepping off a CPU now (LaneCore::DriveStep::Stepping).
+  [[nodiscard]] bool driven_child_stepping() const noexcept;
   /// The fence runs what is posted to helped lanes and not taken yet (LaneCore::help), one lane
   /// at a time. True when it ran something.
   bool help_lanes() noexcept;

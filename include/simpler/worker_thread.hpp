@@ -455,7 +455,12 @@ class WorkerThread : public detail::LaneCore {
   /// Another thread drives the lane (see "Driven lanes"): Post publishes the posts the caller's
   /// pass staged and sends them; Collect takes the answers in. Both publish every outcome that
   /// is settled and send what fits the window, and never wait. False when it did nothing.
+  /// Stepping only asks whether the child is stepping off a CPU (it takes nothing).
   bool drive_other(detail::LaneCore::DriveStep step) noexcept {
+    if (step == detail::LaneCore::DriveStep::Stepping) {
+      if constexpr (requires { endpoint_.child_stepping(); }) return endpoint_.child_stepping();
+      return false;
+    }
     const bool post = step == detail::LaneCore::DriveStep::Post;
     if (!post && !endpoint_.answers_waiting()) return false;  // the fence polls this
     std::uint32_t idle = 0;

@@ -23,6 +23,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -56,6 +57,10 @@ class CpuStepOff {
   };
 
   explicit CpuStepOff(const Ops& ops = kSystemOps) noexcept : ops_(ops) {}
+
+  /// Where a step is announced: `flag` holds 1 from before the first affinity call until after
+  /// the last (MailboxHeader::stepping), so the parent can tell a late answer from a slow task.
+  void announce_to(std::atomic<std::uint32_t>* flag) noexcept { flag_ = flag; }
 
   /// What a sender writes into its frame: the CPU it runs on, or -1 (do not step) while this
   /// process has as many threads awake as cores (AwakeThreads), since the child would then
@@ -121,17 +126,18 @@ class CpuStepOff {
       ++refused_;  // nowhere else to go, or this CPU is not in the mask: nothing to step off
       return false;
     }
-    if (!ops_.set_affinity(away)) {
-      off_ = true;
-      return false;
-    }
-    ++steps_;
+    if (flag_ != nullptr) flag_->store(1, std::memory_order_seq_cst);
+    const bool moved = ops_.set_affinity(away);
     // Restored at once: the narrow mask only moved this thread; it must not keep it away.
-    if (!ops_.set_affinity(mask)) off_ = true;
+    if (!moved || !ops_.set_affinity(mask)) off_ = true;
+    if (flag_ != nullptr) flag_->store(0, std::memory_order_release);
+    if (!moved) return false;
+    ++steps_;
     return true;
   }
 
   Ops ops_;
+  std::atomic<std::uint32_t>* flag_ = nullptr;
   bool shared_ = false;
   bool slept_ = false;
   bool off_ = false;

@@ -103,8 +103,10 @@ struct LaneCore {
   // the run's thread sends what it posts there itself (DriveStep::Post, instead of waking the
   // lane's thread), and the run's fence takes the child's answers in (DriveStep::Collect).
   // Either returns false when it did nothing (the lane's own thread holds it, or there was
-  // nothing to take); Post then leaves the posts to the caller to publish as usual.
-  enum class DriveStep : std::uint8_t { Post, Collect };
+  // nothing to take); Post then leaves the posts to the caller to publish as usual. Stepping
+  // takes nothing: true while the child is moving off a CPU (CpuStepOff), so its answer is
+  // late by a migration and the fence spins on (OrchestratorBase::finish_run).
+  enum class DriveStep : std::uint8_t { Post, Collect, Stepping };
   using DriveFn = bool (*)(LaneCore&, DriveStep) noexcept;
   DriveFn drive = nullptr;  ///< set at construction for driven lanes, null for the others
 

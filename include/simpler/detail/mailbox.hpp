@@ -86,6 +86,10 @@ struct MailboxHeader {
   /// Times the child stepped off its sender's CPU (CpuStepOff; diagnostics). Child-written, on
   /// the line the parent reads `answered` from.
   std::atomic<std::uint32_t> cpu_steps{0};
+  /// Non-zero while the child steps off a CPU (CpuStepOff): its next answer is late by a
+  /// migration, and a parent that waits for it spins on rather than sleep (see
+  /// OrchestratorBase::finish_run). Child-written, same line.
+  std::atomic<std::uint32_t> stepping{0};
 };
 
 inline constexpr std::size_t kMailboxBytes = std::size_t{64} << 10;

@@ -911,6 +911,13 @@ inline void OrchestratorBase::collect_driven() noexcept {
   for (detail::LaneCore* l : core_.driven_lanes) l->drive(*l, detail::LaneCore::DriveStep::Collect);
 }
 
+inline bool OrchestratorBase::driven_child_stepping() const noexcept {
+  for (detail::LaneCore* l : core_.driven_lanes) {
+    if (l->drive(*l, detail::LaneCore::DriveStep::Stepping)) return true;
+  }
+  return false;
+}
+
 // While a task runs here the fence is not polling (a push wakes the scheduler thread, which
 // may be needed while the task runs long), and this thread does not own the Orchestrator: the
 // task is not the orchestration function, and a submit from it is refused as from a lane.
@@ -1292,6 +1299,13 @@ inline int OrchestratorBase::finish_run() noexcept {
   const auto done = [&] {
     return core_.pool.live() == 0 && (!(traced || drives) || workers_idle());
   };
+  // How long the fence spins on past its spin for a driven child stepping off a CPU (set at the
+  // first such look): the child's answer is late by a migration (~100 us on this VM class), and
+  // when this thread slept through it and the child woke it, the two were soon on one CPU again:
+  // the step did not hold (bench_fork's e row had 2.4 us repetitions, sharing a CPU, in 6 of 14;
+  // with every spin of the Worker at 200 us instead, in none of 14).
+  constexpr auto kStepGrace = std::chrono::milliseconds(2);
+  std::chrono::steady_clock::time_point step_grace_end{};
   for (;;) {
     drain_retired();
     if (done()) break;
@@ -1310,6 +1324,14 @@ inline int OrchestratorBase::finish_run() noexcept {
       collect_driven();  // still polling: what it pushes needs no wake-up
       core_.orch_polling.store(false, std::memory_order_seq_cst);
       driver->try_pass(core_.stats.orch_passes, nullptr, true);
+      if (!ok && driven_child_stepping()) {
+        const auto now = std::chrono::steady_clock::now();
+        if (step_grace_end == std::chrono::steady_clock::time_point{}) {
+          step_grace_end = now + kStepGrace;
+        }
+        // Bounded: a child that died while it stepped is not waited for.
+        if (now < step_grace_end) continue;
+      }
     }
     if (!ok) {
       // Spun already when it polled: sleep now.

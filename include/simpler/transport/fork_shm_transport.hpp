@@ -281,6 +281,11 @@ struct ForkShmTransport {
     [[nodiscard]] std::uint32_t cpu_steps() const noexcept {
       return box_ != nullptr ? box_->cpu_steps.load(std::memory_order_relaxed) : 0;
     }
+    /// Whether the child is stepping off a CPU right now (CpuStepOff; its answer is late by a
+    /// migration). Any thread, while the endpoint is launched.
+    [[nodiscard]] bool child_stepping() const noexcept {
+      return box_ != nullptr && box_->stepping.load(std::memory_order_acquire) != 0;
+    }
 
     /// Tasks handed to the child so far (diagnostics and tests; any thread).
     [[nodiscard]] std::uint32_t tasks_sent() const noexcept {
@@ -575,7 +580,8 @@ struct ForkShmTransport {
       }
       answer(detail::MailboxState::Ready);
       detail::CpuStepOff step_off;  // see cpu_step_off.hpp
-      std::uint32_t served = 0;     // tasks answered (the child's copy of box_->answered)
+      step_off.announce_to(&box_->stepping);
+      std::uint32_t served = 0;  // tasks answered (the child's copy of box_->answered)
       const auto request = [&] {
         if (box_->sent.load(std::memory_order_seq_cst) != served) return true;
         const auto s = box_->state.load(std::memory_order_seq_cst);
