@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include <simpler/simpler.hpp>
@@ -343,12 +344,26 @@ TEST_CASE("a forked child made to share the run's thread's CPU moves off it and 
   const auto one_task = [](const CallableHandle& h) {
     return [&h](Orchestrator& orc, TaskArgsView, const CallConfig&) { orc.submit_sub(h); };
   };
+  // A child steps only off a CPU its sender named, and a sender names none while the process
+  // has as many threads awake as cores (CpuStepOff::sender_cpu). Under load from other
+  // processes (ctest -j2) the engine's threads can take milliseconds to get a CPU and fall
+  // asleep after a run, so each run waits (bounded) for the process to be uncrowded first.
+  int crowded_runs = 0;
+  const auto settle = [&crowded_runs] {
+    const auto until = std::chrono::steady_clock::now() + 50ms;
+    while (detail::AwakeThreads::count() >= detail::AwakeThreads::cores() &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(200us);
+    }
+    if (detail::AwakeThreads::count() >= detail::AwakeThreads::cores()) ++crowded_runs;
+  };
   w.run(one_task(go_home));
   std::uint64_t steps = 0;
   bool seen_away = false;
   // Back-to-back one-task runs: parent and child spin for each other on one CPU until the
   // child steps off. Bounded: a few thousand runs take well under a second either way.
   for (int i = 0; i < 5000 && !(steps > 0 && seen_away); ++i) {
+    settle();
     w.run(one_task(report));
     steps = w.stats().lanes.at(0).child_cpu_steps;
     if (steps > 0 && where.cpu.load() != home) seen_away = true;
@@ -357,7 +372,8 @@ TEST_CASE("a forked child made to share the run's thread's CPU moves off it and 
     REQUIRE(where.mask_cpus.load() == static_cast<int>(cpus.size()));  // never left narrowed
   }
   INFO("child on CPU " << where.cpu.load() << ", run's thread on " << home << ", awake threads "
-                       << detail::AwakeThreads::count() << " of " << detail::AwakeThreads::cores());
+                       << detail::AwakeThreads::count() << " of " << detail::AwakeThreads::cores()
+                       << ", runs started crowded " << crowded_runs);
   if (cpus.size() >= 2) {
     CHECK(steps > 0);
     CHECK(seen_away);
