@@ -309,6 +309,58 @@ TEST_CASE("a task posted while a forked child runs an earlier one is sent before
   CHECK_NOTHROW(w.close());
 }
 
+TEST_CASE("a backlog of shared tasks fills a forked child's whole window while its first runs",
+          "[fork-shm][pipeline]") {
+  // With a long shared queue the scheduler posts a lane deeper than kAnyDepth (a quarter of
+  // the lane's share, up to LaneCore::kDepth), and the lane sends all of it: the child then
+  // finds each next frame already there. 100k empty tasks on one child took ~750 ns each with a
+  // window of 8, ~300 with 32 (bench_fork, t row).
+  SharedArena arena;
+  auto& release = arena.one<std::atomic<bool>>(false);
+  auto& ran = arena.one<std::atomic<int>>(0);
+  Worker w(process_options_for_pipeline(1));
+  auto gated = w.register_sub("gated", [&release, &ran](TaskArgsView) {
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!release.load(std::memory_order_seq_cst)) {
+      if (std::chrono::steady_clock::now() > limit)
+        throw std::runtime_error("the gate was never opened");
+      std::this_thread::yield();
+    }
+    ran.fetch_add(1, std::memory_order_seq_cst);
+  });
+  auto quick = w.register_sub(
+      "quick", [&ran](TaskArgsView) { ran.fetch_add(1, std::memory_order_seq_cst); });
+  w.init();
+  std::uint32_t window = 0;
+  const auto tasks_sent = [&w, &window] {
+    std::uint32_t n = 0;
+    w.scheduler().for_each_lane([&](auto& lane) {
+      if constexpr (requires { lane.endpoint().tasks_sent(); }) {
+        n += lane.endpoint().tasks_sent();
+        window = std::min(lane.endpoint().window(), detail::LaneCore::kDepth);
+      }
+    });
+    return n;
+  };
+  const std::uint32_t before = tasks_sent();
+  REQUIRE(window == ForkShmTransport::kWindow);  // the lane's ring holds the child's window
+  constexpr int kQuick = 400;                    // a backlog: deeper than 4 * kDepth
+  std::uint32_t seen = 0;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_sub(gated);
+    for (int i = 0; i < kQuick; ++i) o.submit_sub(quick);
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (tasks_sent() - before < window && std::chrono::steady_clock::now() < limit) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    seen = tasks_sent() - before;
+    release.store(true, std::memory_order_seq_cst);  // ends the run either way
+  });
+  CHECK(seen == window);  // never more: the window bounds it
+  CHECK(ran.load() == kQuick + 1);
+  CHECK_NOTHROW(w.close());
+}
+
 TEST_CASE("a Worker whose forked child dies with tasks in flight fails the run without hanging",
           "[fork-shm][pipeline][failure]") {
   SharedArena arena;

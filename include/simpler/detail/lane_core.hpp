@@ -42,7 +42,9 @@ struct LaneRestrictions {
 /// waiting for a round trip through the scheduler. Results go back through a second ring indexed
 /// the same way; the lane puts itself on the scheduler's done stack once per batch.
 struct LaneCore {
-  static constexpr std::uint32_t kDepth = 8;
+  /// Deep enough for a forked child's whole window (ForkShmTransport::kWindow): the scheduler
+  /// fills a ring this deep only with a backlog (SchedulerCore::dispatch_shared).
+  static constexpr std::uint32_t kDepth = 32;
 
   LaneCore(Role r, WorkerId i, std::string n) : role(r), id(i), name(std::move(n)) {}
   LaneCore(const LaneCore&) = delete;

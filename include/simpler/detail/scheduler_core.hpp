@@ -82,6 +82,8 @@ class SchedulerCore {
   /// Tasks a lane may hold from the shared queue before an idle lane would be better (unless
   /// the queue holds enough to keep every lane busy for a while).
   static constexpr std::uint32_t kAnyDepth = 2;
+  /// The least depth a backlog prefetches to (see dispatch_shared).
+  static constexpr std::uint32_t kDeepFrom = 8;
   [[nodiscard]] bool any_busy() const noexcept;
 
   EngineCore& core_;
