@@ -251,6 +251,47 @@ TEST_CASE("many tasks over forked children all run exactly once", "[fork-shm][pi
   CHECK_NOTHROW(w.close());
 }
 
+namespace {
+
+/// One forked sub worker with a `gated` task (runs until `release` is set, 20 s at most) and a
+/// `quick` one; both count in `ran`. tasks_sent() is what the lane has handed to the child.
+struct GatedChild {
+  SharedArena arena;
+  std::atomic<bool>& release = arena.one<std::atomic<bool>>(false);
+  std::atomic<int>& ran = arena.one<std::atomic<int>>(0);
+  Worker w{process_options_for_pipeline(1)};
+  CallableHandle gated = w.register_sub("gated", [this](TaskArgsView) {
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!release.load(std::memory_order_seq_cst)) {
+      if (std::chrono::steady_clock::now() > limit)
+        throw std::runtime_error("the gate was never opened");
+      std::this_thread::yield();
+    }
+    ran.fetch_add(1, std::memory_order_seq_cst);
+  });
+  CallableHandle quick = w.register_sub(
+      "quick", [this](TaskArgsView) { ran.fetch_add(1, std::memory_order_seq_cst); });
+
+  GatedChild() { w.init(); }
+  std::uint32_t tasks_sent() {
+    std::uint32_t n = 0;
+    w.scheduler().for_each_lane([&](auto& lane) {
+      if constexpr (requires { lane.endpoint().tasks_sent(); }) n += lane.endpoint().tasks_sent();
+    });
+    return n;
+  }
+  /// Polls (200 us apart, 5 s at most) until `n` tasks were sent after `before`; the count seen.
+  std::uint32_t sent_reaches(std::uint32_t before, std::uint32_t n) {
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (tasks_sent() - before < n && std::chrono::steady_clock::now() < limit) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return tasks_sent() - before;
+  }
+};
+
+}  // namespace
+
 TEST_CASE("a task posted while a forked child runs an earlier one is sent before that one ends",
           "[fork-shm][pipeline]") {
   // The lane waits for the child's answer and for the scheduler's next post at once
@@ -258,107 +299,50 @@ TEST_CASE("a task posted while a forked child runs an earlier one is sent before
   // it as soon as it finishes. A lane that only sent it after receiving the first answer would
   // leave tasks_sent() one short until the gate opens. (The scheduler tops a lane up to two
   // shared tasks: kAnyDepth.)
-  SharedArena arena;
-  auto& release = arena.one<std::atomic<bool>>(false);
-  auto& ran = arena.one<std::atomic<int>>(0);
-  Worker w(process_options_for_pipeline(1));
-  auto gated = w.register_sub("gated", [&release, &ran](TaskArgsView) {
-    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!release.load(std::memory_order_seq_cst)) {
-      if (std::chrono::steady_clock::now() > limit)
-        throw std::runtime_error("the gate was never opened");
-      std::this_thread::yield();
-    }
-    ran.fetch_add(1, std::memory_order_seq_cst);
-  });
-  auto quick = w.register_sub(
-      "quick", [&ran](TaskArgsView) { ran.fetch_add(1, std::memory_order_seq_cst); });
-  w.init();
-  const auto tasks_sent = [&w] {
-    std::uint32_t n = 0;
-    w.scheduler().for_each_lane([&](auto& lane) {
-      if constexpr (requires { lane.endpoint().tasks_sent(); }) n += lane.endpoint().tasks_sent();
-    });
-    return n;
-  };
+  GatedChild c;
   for (int round = 0; round < 3; ++round) {
-    release.store(false, std::memory_order_seq_cst);
-    ran.store(0, std::memory_order_seq_cst);
-    const std::uint32_t before = tasks_sent();
+    c.release.store(false, std::memory_order_seq_cst);
+    c.ran.store(0, std::memory_order_seq_cst);
+    const std::uint32_t before = c.tasks_sent();
     std::uint32_t seen = 0;
     std::uint32_t first = 0;
-    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-      const auto sent_reaches = [&](std::uint32_t n) {
-        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (tasks_sent() - before < n && std::chrono::steady_clock::now() < limit) {
-          std::this_thread::sleep_for(std::chrono::microseconds(200));
-        }
-        return tasks_sent() - before;
-      };
-      o.submit_sub(gated);
-      first = sent_reaches(1);  // the lane sent it and now waits for its answer
-      o.submit_sub(quick);
-      seen = sent_reaches(2);
-      release.store(true, std::memory_order_seq_cst);  // ends the run either way
+    c.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_sub(c.gated);
+      first = c.sent_reaches(before, 1);  // the lane sent it and now waits for its answer
+      o.submit_sub(c.quick);
+      seen = c.sent_reaches(before, 2);
+      c.release.store(true, std::memory_order_seq_cst);  // ends the run either way
     });
     INFO("round " << round);
     CHECK(first == 1);
     CHECK(seen == 2);  // the second went out while the first one ran
-    CHECK(ran.load() == 2);
+    CHECK(c.ran.load() == 2);
   }
-  CHECK_NOTHROW(w.close());
+  CHECK_NOTHROW(c.w.close());
 }
 
 TEST_CASE("a backlog of shared tasks fills a forked child's whole window while its first runs",
           "[fork-shm][pipeline]") {
   // With a long shared queue the scheduler posts a lane deeper than kAnyDepth (a quarter of
   // the lane's share, up to LaneCore::kDepth), and the lane sends all of it: the child then
-  // finds each next frame already there. 100k empty tasks on one child took ~750 ns each with a
-  // window of 8, ~300 with 32 (bench_fork, t row).
-  SharedArena arena;
-  auto& release = arena.one<std::atomic<bool>>(false);
-  auto& ran = arena.one<std::atomic<int>>(0);
-  Worker w(process_options_for_pipeline(1));
-  auto gated = w.register_sub("gated", [&release, &ran](TaskArgsView) {
-    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!release.load(std::memory_order_seq_cst)) {
-      if (std::chrono::steady_clock::now() > limit)
-        throw std::runtime_error("the gate was never opened");
-      std::this_thread::yield();
-    }
-    ran.fetch_add(1, std::memory_order_seq_cst);
-  });
-  auto quick = w.register_sub(
-      "quick", [&ran](TaskArgsView) { ran.fetch_add(1, std::memory_order_seq_cst); });
-  w.init();
-  std::uint32_t window = 0;
-  const auto tasks_sent = [&w, &window] {
-    std::uint32_t n = 0;
-    w.scheduler().for_each_lane([&](auto& lane) {
-      if constexpr (requires { lane.endpoint().tasks_sent(); }) {
-        n += lane.endpoint().tasks_sent();
-        window = std::min(lane.endpoint().window(), detail::LaneCore::kDepth);
-      }
-    });
-    return n;
-  };
-  const std::uint32_t before = tasks_sent();
-  REQUIRE(window == ForkShmTransport::kWindow);  // the lane's ring holds the child's window
-  constexpr int kQuick = 400;                    // a backlog: deeper than 4 * kDepth
+  // finds each next frame already there. 100k empty tasks on one child took 610-640 ns each
+  // with a window of 8, 275-325 with 32 (bench_fork, t row).
+  static_assert(ForkShmTransport::kWindow <= detail::LaneCore::kDepth,
+                "the lane's ring holds the child's whole window");
+  constexpr std::uint32_t kWindow = ForkShmTransport::kWindow;
+  constexpr int kQuick = 400;  // one lane's backlog: at least 4 * kDepth
+  GatedChild c;
+  const std::uint32_t before = c.tasks_sent();
   std::uint32_t seen = 0;
-  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-    o.submit_sub(gated);
-    for (int i = 0; i < kQuick; ++i) o.submit_sub(quick);
-    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (tasks_sent() - before < window && std::chrono::steady_clock::now() < limit) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    seen = tasks_sent() - before;
-    release.store(true, std::memory_order_seq_cst);  // ends the run either way
+  c.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_sub(c.gated);
+    for (int i = 0; i < kQuick; ++i) o.submit_sub(c.quick);
+    seen = c.sent_reaches(before, kWindow);
+    c.release.store(true, std::memory_order_seq_cst);  // ends the run either way
   });
-  CHECK(seen == window);  // never more: the window bounds it
-  CHECK(ran.load() == kQuick + 1);
-  CHECK_NOTHROW(w.close());
+  CHECK(seen == kWindow);  // never more: the window bounds it
+  CHECK(c.ran.load() == kQuick + 1);
+  CHECK_NOTHROW(c.w.close());
 }
 
 TEST_CASE("a Worker whose forked child dies with tasks in flight fails the run without hanging",

@@ -566,11 +566,10 @@ inline void SchedulerCore::dispatch_shared(RoleQueues& q, CallableKind kind) {
   if (any.empty()) return;
   // With a long shared queue every lane stays busy for a while anyway: prefetch deeper, a
   // quarter of each lane's share of the backlog (from 8 at a share of 32, up to kDepth).
-  const std::size_t backlog = any.size() / capable;
+  const std::size_t deep = any.size() / capable / 4;
   const std::uint32_t max_depth =
-      backlog >= 4 * kDeepFrom
-          ? static_cast<std::uint32_t>(std::min<std::size_t>(LaneCore::kDepth, backlog / 4))
-          : kAnyDepth;
+      deep >= kDeepFrom ? static_cast<std::uint32_t>(std::min<std::size_t>(LaneCore::kDepth, deep))
+                        : kAnyDepth;
   const auto top_up = [&](LaneCore* l, std::uint32_t depth) {
     if (l->reserved || (l->runs & bit) == 0 || l->dead.load(std::memory_order_relaxed)) return;
     while (l->inflight < depth && !any.empty()) {

@@ -97,9 +97,9 @@ struct ForkShmTransport {
   static constexpr std::chrono::microseconds kSpin{20};
   /// Tasks in flight per child at most (frames in the ring). A stream of short tasks keeps the
   /// child busy only while it finds the next frame already sent: with 8, 100k empty tasks on one
-  /// child took ~750 ns each, every few tasks a hand-off (a yield, a wake-up) between the lane's
-  /// thread and the child; with 32, ~300 ns. A frame is 64 KiB of mapping, of which a task
-  /// touches only the pages its arguments fill.
+  /// child took 610-640 ns each (bench_fork, t row), every few tasks a hand-off (a yield, a
+  /// wake-up) between the lane's thread and the child; with 32, 275-325 ns. A frame is 64 KiB of
+  /// mapping, of which a task touches only the pages its arguments fill.
   static constexpr std::uint32_t kWindow = 32;
 
   template <class L>
