@@ -737,6 +737,55 @@ TEST_CASE("an OrderedIndex erased in walks keeps what follows and empties fully"
   REQUIRE(ix.leaf_count() == 1);
 }
 
+TEST_CASE("an OrderedIndex erase_if drops what its predicate picks and keeps the rest in order",
+          "[containers]") {
+  // Small nodes: the walk meets merges, emptied leaves and a shrinking root.
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    OrderedIndex<std::uint64_t, std::uint64_t, 8, 3> ix;
+    std::map<std::uint64_t, std::uint64_t> model;
+    std::mt19937_64 rng(seed);
+    for (int i = 0; i < 3000; ++i) {
+      const std::uint64_t k = rng() % 100000;
+      if (model.emplace(k, k * 3).second) ix.insert(k, k * 3);
+    }
+    // Drop a random share: none, some, most, then all.
+    for (const unsigned keep_one_in : {1U, 3U, 7U, 0U}) {
+      std::size_t ahead_calls = 0;
+      const std::size_t before = model.size();
+      ix.erase_if(
+          [&](const std::uint64_t& k, const std::uint64_t& v) {
+            REQUIRE(v == k * 3);
+            return keep_one_in == 0 || (k / 5) % keep_one_in != 0;
+          },
+          [&](const std::uint64_t& k, const std::uint64_t& v) {
+            REQUIRE(model.count(k) == 1);  // only entries there are (the model is not erased yet)
+            REQUIRE(v == k * 3);
+            ++ahead_calls;
+          });
+      // More than one leaf: the hook heard of the leaves ahead of the walk.
+      if (before > 8) CHECK(ahead_calls > 0);
+      std::erase_if(model, [&](const auto& kv) {
+        return keep_one_in == 0 || (kv.first / 5) % keep_one_in != 0;
+      });
+      REQUIRE(ix.size() == model.size());
+      auto it = ix.begin();
+      for (const auto& [k, v] : model) {
+        REQUIRE(it != ix.end());
+        REQUIRE(it.key() == k);
+        REQUIRE(it.value() == v);
+        REQUIRE(ix.find(k) == it);
+        ++it;
+      }
+      REQUIRE(it == ix.end());
+    }
+    REQUIRE(ix.empty());
+    REQUIRE(ix.leaf_count() == 1);
+    // Still usable after emptying in a walk.
+    for (std::uint64_t k = 0; k < 100; ++k) ix.insert(k, k);
+    REQUIRE(ix.size() == 100);
+  }
+}
+
 TEST_CASE("an OrderedIndex thinned out merges its sparse leaves", "[containers]") {
   OrderedIndex<std::uint64_t, std::uint64_t, 32, 8> ix;
   std::mt19937_64 rng(11);

@@ -838,6 +838,51 @@ TEST_CASE("ranges erased in bulk leave nothing behind and can be written again",
   }
 }
 
+TEST_CASE("holes past their limit go all at once but the newest, which a rewrite revives",
+          "[tensor-map]") {
+  TensorMap m;
+  constexpr std::uint64_t kLive = 2000;
+  for (std::uint64_t i = 0; i < kLive; ++i) m.insert(0, i * 64, i * 64 + 32, TaskSlot(1));
+  // New ranges in the gaps, each erased at once: every one becomes a hole.
+  const std::size_t limit = 1024 + kLive / 4;
+  std::size_t drops = 0;
+  std::size_t prev = 0;
+  for (std::uint64_t i = 0; i < 3 * limit; ++i) {
+    const std::uint64_t b = (i % kLive) * 64 + 32 + (i / kLive) * 8;
+    m.insert(0, b, b + 8, TaskSlot(2));
+    m.erase_owned(0, b, b + 8, TaskSlot(2));
+    REQUIRE(m.size() == kLive);
+    REQUIRE(m.holes() <= limit);
+    if (m.holes() < prev) {
+      // The drop kept only the hole just made: writing its range again revives it in place.
+      ++drops;
+      REQUIRE(prev == limit);
+      REQUIRE(m.holes() == 1);
+      m.insert(0, b, b + 8, TaskSlot(3));
+      CHECK(m.holes() == 0);
+      Producers got;
+      m.lookup(0, b, b + 8, [&](TaskSlot p) { got.push_back(p); });
+      CHECK(got == Producers{3});
+      m.erase_owned(0, b, b + 8, TaskSlot(3));
+      REQUIRE(m.holes() == 1);
+    } else {
+      REQUIRE(m.holes() == prev + 1);
+    }
+    prev = m.holes();
+  }
+  CHECK(drops == 2);
+  // What was dropped is gone from both indexes: every live segment is found exactly, and the
+  // dropped ranges are new ranges again.
+  for (std::uint64_t i = 0; i < kLive; ++i) {
+    Producers got;
+    m.lookup(0, i * 64, i * 64 + 64, [&](TaskSlot p) { got.push_back(p); });
+    REQUIRE(got == Producers{1});
+  }
+  std::size_t segs = 0;
+  m.for_each_segment([&](auto...) { ++segs; });
+  CHECK(segs == kLive);
+}
+
 TEST_CASE("a tensor map of 200k segments keeps them in huge-page blocks and finds each",
           "[tensor-map][big-alloc]") {
   // At this size the hash index and the segment and tree-node pools are big_alloc blocks: every

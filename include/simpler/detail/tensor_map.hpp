@@ -22,8 +22,8 @@
 // segment as a hole (no writer, no reader, invisible to every query, size() and
 // for_each_segment()) that a later write or read of the same range revives in place: a chain of
 // tasks writing one buffer re-creates nothing. The ordered walks drop the holes they meet, sweep()
-// drops them all, and past 1024 plus a quarter of the live segments erase_owned() drops an older
-// hole for each one it makes, so memory stays proportional to the live segments. Out of memory, a
+// drops them all, and past 1024 plus a quarter of the live segments erase_owned() drops all but
+// the newest in one walk, so memory stays proportional to the live segments. Out of memory, a
 // segment is in both indexes or in neither, and erase_owned() and sweep() never throw (the hash
 // index then stays larger instead of shrinking, and a segment with no room on the hole list
 // leaves the map instead of becoming a hole). An insert() or add_reader() that throws has
@@ -272,6 +272,8 @@ class TensorMap {
 
   /// Segments (holes are not segments).
   [[nodiscard]] std::size_t size() const noexcept { return tree_.size() - holes_.size(); }
+  /// Holes kept for a later writer of their range (for tests and diagnostics).
+  [[nodiscard]] std::size_t holes() const noexcept { return holes_.size(); }
   /// Writer-less segments made since the last sweep (by reads of bytes nobody wrote, or by a
   /// writer leaving bytes that have readers): the only segments that can go stale, so what
   /// tells whether a sweep would find anything.
@@ -285,7 +287,6 @@ class TensorMap {
     index_count_ = 0;
     holes_.clear();
     holes_.shrink_to_fit();
-    hole_cursor_ = 0;
     writerless_made_ = 0;
   }
 
@@ -316,13 +317,12 @@ class TensorMap {
   static constexpr std::uint32_t kNotHole = ~0U;
   /// A segment: its bytes [key.begin, end) of key.space, its writer and its readers. Kept at a
   /// fixed address while it lives (the tree and the hash index point at it).
-  struct Seg {
+  struct alignas(64) Seg {
     TreeKey key{};
     std::uint64_t end = 0;
     TaskSlot producer = kInvalidSlot;  // the writer, or kInvalidSlot (read only, or a hole)
     std::uint32_t hole_at = kNotHole;  // a hole (see the header comment): where in holes_
     SmallVec<TensorReader, kInlineReaders> readers;  // readers since the writer (Hazards::All)
-    const void* place = nullptr;  // its tree leaf when it went in (OrderedIndex::Place)
     [[nodiscard]] bool hole() const noexcept { return hole_at != kNotHole; }
   };
   /// A tree entry: the segment and a copy of its end, so a walk tells where a segment ends
@@ -331,8 +331,11 @@ class TensorMap {
     Seg* seg;
     std::uint64_t end;
   };
+  // One cache line, on a line of its own (the pool aligns records to their alignment): an
+  // exact operation at a million segments misses once on the segment, not twice (at 72 bytes
+  // most records straddled two lines).
+  static_assert(sizeof(Seg) == 64);
   using Tree = OrderedIndex<TreeKey, Ref>;
-  static_assert(std::is_same_v<Tree::Place, const void*>);
   using Iter = Tree::iterator;
 
   /// Holes kept whatever the map's size (plus a quarter of the segments).
@@ -414,7 +417,6 @@ class TensorMap {
       release(s);
       throw;
     }
-    s->place = Tree::place_of(it);
     index_place(s);
     return it;
   }
@@ -448,13 +450,15 @@ class TensorMap {
     const Iter after = tree_.erase(it);
     s->key.begin = begin;
     index_place(s);
-    const Iter at = tree_.insert_before(after, s->key, Ref{s, s->end});
-    s->place = Tree::place_of(at);
-    return at;
+    return tree_.insert_before(after, s->key, Ref{s, s->end});
   }
 
-  // A writer-less segment without readers becomes a hole; past the limit an older hole goes
-  // (never the newest: the next writer of a chain is about to revive it), in O(1).
+  // A writer-less segment without readers becomes a hole. Past the limit every older hole goes
+  // in one walk of the tree in address order (never the newest: the next writer of a chain is
+  // about to revive it), which costs O(1) per hole dropped: at least a quarter as many holes as
+  // segments are dropped per walk. Dropping one older hole per new one instead took a walk from
+  // the root and a cache miss on each of a hole, its leaf and its index entry, at random
+  // (bench_tensormap erase at 1M: most of its 330-400 ns).
   // Runs at retirement (erase_owned), where nothing may throw: without room on the list, the
   // segment leaves the map instead (a later write of the range makes it again).
   void make_hole(Seg& s) noexcept {
@@ -462,17 +466,29 @@ class TensorMap {
       try {
         holes_.reserve(holes_.size() * 2 + 16);
       } catch (const std::bad_alloc&) {
-        erase_segment(tree_.find_near(s.place, s.key));
+        erase_segment(tree_.find(s.key));
         return;
       }
     }
     s.hole_at = static_cast<std::uint32_t>(holes_.size());
     holes_.push_back(&s);
-    if (holes_.size() > kHolesKept + (tree_.size() - holes_.size()) / 4) {
-      hole_cursor_ = (hole_cursor_ + 1) % (holes_.size() - 1);
-      const Seg* old = holes_[hole_cursor_];
-      erase_segment(tree_.find_near(old->place, old->key));
-    }
+    if (holes_.size() > kHolesKept + (tree_.size() - holes_.size()) / 4) drop_holes_but(s);
+  }
+  // Drops every hole but `keep`. The walk reads each entry's segment to tell a hole; the tree
+  // has those asked for a leaf ahead.
+  void drop_holes_but(Seg& keep) noexcept {
+    tree_.erase_if(
+        [&](const TreeKey&, const Ref& r) {
+          Seg* x = r.seg;
+          if (!x->hole() || x == &keep) return false;
+          index_erase(x);
+          release(x);
+          return true;
+        },
+        [](const TreeKey&, const Ref& r) { __builtin_prefetch(r.seg, 0, 3); });
+    holes_.clear();  // keeps its capacity: no allocation
+    keep.hole_at = 0;
+    holes_.push_back(&keep);
   }
   // Takes a hole off holes_ (it is revived or leaves the map).
   void unhole(Seg& s) noexcept {
@@ -570,7 +586,6 @@ class TensorMap {
   BigArray<IndexSlot> index_;    // empty until the first segment
   std::size_t index_count_ = 0;  // segments in index_: tree_.size()
   std::vector<Seg*> holes_;      // the segments of tree_ that are holes
-  std::size_t hole_cursor_ = 0;  // where make_hole() last dropped one
   std::size_t writerless_made_ = 0;
 };
 
