@@ -13,6 +13,8 @@
 //   erase           erase_owned() of those new ranges (their tasks retire)
 //   retire_rewrite  erase_owned() then insert() of an existing range (a chain: a task retires,
 //                   the next writes the same buffer)
+//   worst_erase     the slowest single erase_owned() (us) of 2 x (1024 + N/4) new ranges, each
+//                   inserted and erased at once: a retirement that drops the map's holes
 // Contenders, interleaved in one run: `simpler` (detail::TensorMap), `legacy` (the std::pmr::map
 // TensorMap it replaced, tests/support/legacy_tensor_map.hpp) and `unordered_map` (std::
 // unordered_map keyed by begin address: find/update, emplace, erase of the same keys; a hash
@@ -48,6 +50,25 @@ std::uint64_t seg_begin(std::uint64_t i) {
 // The gap after segment i: a range nothing covers (offset by `round` so every round is new).
 std::uint64_t gap_begin(std::uint64_t i, std::uint64_t round) {
   return seg_begin(i) + kLen + (round % 31) * 8;
+}
+
+// The slowest single erase (ns) of `ops` new ranges in the gaps, each inserted and erased at once
+// (a task that wrote a tensor nobody saw retires): what a retirement that drops the map's holes
+// costs. insert(b, producer) and erase(b, producer) act on the 8 bytes at b; `round` moves on so
+// the next call's ranges are new too.
+template <class Insert, class Erase>
+double slowest_erase(const std::vector<std::uint32_t>& order, std::uint64_t ops,
+                     std::uint64_t& round, Insert&& insert, Erase&& erase) {
+  double worst = 0;
+  const std::uint64_t r = round;
+  round += ops / order.size() + 1;
+  for (std::uint64_t j = 0; j < ops; ++j) {
+    const std::uint32_t i = order[j % order.size()];
+    const std::uint64_t b = gap_begin(i, r + j / order.size());
+    insert(b, i & 0xFFFF);
+    worst = std::max(worst, sb::time_ns([&] { erase(b, i & 0xFFFF); }));
+  }
+  return worst;
 }
 
 // Keeps a value alive past the optimiser.
@@ -127,6 +148,14 @@ struct TmapContender {
         m.insert(0, seg_begin(i), seg_begin(i) + kLen, p);
       }
     });
+  }
+  double worst_erase(const std::vector<std::uint32_t>& order, std::uint64_t ops) {
+    return slowest_erase(
+        order, ops, round,
+        [&](std::uint64_t b, std::uint32_t i) { m.insert(0, b, b + 8, static_cast<TaskSlot>(i)); },
+        [&](std::uint64_t b, std::uint32_t i) {
+          m.erase_owned(0, b, b + 8, static_cast<TaskSlot>(i));
+        });
   }
   // Inserts k new segments past every one there is, in address order (timed), then erases them.
   // Each round goes further up, so it never meets what an earlier one left (holes).
@@ -218,6 +247,14 @@ struct HashContender {
       }
     });
   }
+  double worst_erase(const std::vector<std::uint32_t>& order, std::uint64_t ops) {
+    return slowest_erase(
+        order, ops, round,
+        [&](std::uint64_t b, std::uint32_t i) {
+          m.emplace(b, Rec{b + 8, i, {}, 0});
+        },
+        [&](std::uint64_t b, std::uint32_t) { m.erase(b); });
+  }
   double append(std::uint64_t n, std::uint64_t k) {
     const std::uint64_t first = n + (++round) * k;
     const double ns = sb::time_ns([&] {
@@ -296,6 +333,19 @@ int run(int argc, char** argv) {
                           "simpler_" + size + "/simpler_" + sb::count_label(sizes.front()),
                           here->stats.median / first->stats.median, here->stats.reps);
       }
+    }
+    {
+      // The slowest retirement: enough new ranges erased for the map to drop its holes
+      // (past 1024 plus a quarter of the segments) at least once per repetition.
+      const std::uint64_t ops = 2 * (1024 + n / 4);
+      std::vector<sb::Contender> cs;
+      cs.push_back({"simpler", [&] { return simpler_map->worst_erase(order, ops); }, 1000.0});
+      cs.push_back({"legacy", [&] { return legacy_map->worst_erase(order, ops); }, 1000.0});
+      cs.push_back({"unordered_map", [&] { return hash_map->worst_erase(order, ops); }, 1000.0});
+      const std::string scenario = "worst_erase_" + size;
+      sb::run_scenario(rep, scenario, "us", cs);
+      rep.ratio(scenario, "simpler", "legacy");
+      rep.ratio(scenario, "simpler", "unordered_map");
     }
     if (simpler_map->m.size() != n || legacy_map->m.size() != n)
       sb::fail(fmt::format("a map lost segments: {} / {} of {}", simpler_map->m.size(),

@@ -749,19 +749,36 @@ TEST_CASE("an OrderedIndex erase_if drops what its predicate picks and keeps the
       if (model.emplace(k, k * 3).second) ix.insert(k, k * 3);
     }
     // Drop a random share: none, some, most, then all.
-    for (const unsigned keep_one_in : {1U, 3U, 7U, 0U}) {
+    for (const unsigned keep_one_in : {1U, 4U, 3U, 7U, 0U}) {
       std::size_t ahead_calls = 0;
       const std::size_t before = model.size();
-      ix.erase_if(
-          [&](const std::uint64_t& k, const std::uint64_t& v) {
-            REQUIRE(v == k * 3);
-            return keep_one_in == 0 || (k / 5) % keep_one_in != 0;
-          },
-          [&](const std::uint64_t& k, const std::uint64_t& v) {
-            REQUIRE(model.count(k) == 1);  // only entries there are (the model is not erased yet)
-            REQUIRE(v == k * 3);
-            ++ahead_calls;
-          });
+      std::uint64_t last_visited = 0;
+      std::size_t visited = 0;
+      const auto drop = [&](const std::uint64_t& k, const std::uint64_t& v) {
+        REQUIRE(v == k * 3);
+        if (visited++ != 0) REQUIRE(last_visited < k);  // in key order, each entry once
+        last_visited = k;
+        return keep_one_in == 0 || (k / 5) % keep_one_in != 0;
+      };
+      const auto ahead = [&](const std::uint64_t& k, const std::uint64_t& v) {
+        REQUIRE(model.count(k) == 1);  // only entries there are (the model is not erased yet)
+        REQUIRE(v == k * 3);
+        ++ahead_calls;
+      };
+      if (keep_one_in % 2 == 1) {
+        // In one walk.
+        REQUIRE(ix.erase_if(ix.begin(), SIZE_MAX, drop, ahead) == ix.end());
+      } else {
+        // In walks of 5 entries, each going on where the last stopped.
+        std::size_t walks = 0;
+        for (auto it = ix.begin(); it != ix.end(); ++walks) {
+          const std::size_t before_walk = visited;
+          it = ix.erase_if(it, 5, drop, ahead);
+          if (it != ix.end()) REQUIRE(visited - before_walk == 5);
+        }
+        CHECK(walks == (before + 4) / 5);
+      }
+      REQUIRE(visited == before);
       // More than one leaf: the hook heard of the leaves ahead of the walk.
       if (before > 8) CHECK(ahead_calls > 0);
       std::erase_if(model, [&](const auto& kv) {

@@ -279,15 +279,17 @@ class OrderedIndex {
     return l->next != nullptr ? iterator(l->next, 0) : end();
   }
 
-  /// Erases every entry for which drop(key, value) is true, in one walk in key order. Before
-  /// the walk enters a leaf it asks the CPU for the leaf after next and calls ahead(key, value)
-  /// for each entry of the next one (by then in cache), so a `drop` that reads what a value
-  /// points at can have it asked for a leaf in advance: the misses of a whole leaf overlap
-  /// instead of coming one entry at a time.
+  /// Erases every entry for which drop(key, value) is true among at most `visits` entries from
+  /// `from` on, in key order; returns the first entry not visited (end(): the walk reached the
+  /// end). Before the walk enters a leaf it asks the CPU for the leaf after next and calls
+  /// ahead(key, value) for each entry of the next one (by then in cache), so a `drop` that reads
+  /// what a value points at can have it asked for a leaf in advance: the misses of a whole leaf
+  /// overlap instead of coming one entry at a time.
   template <class Drop, class Ahead>
-  void erase_if(Drop&& drop, Ahead&& ahead) {
+  iterator erase_if(iterator from, std::size_t visits, Drop&& drop, Ahead&& ahead) {
     const Leaf* entered = nullptr;
-    for (iterator it = begin(); it != end();) {
+    iterator it = from;
+    for (; it != end() && visits != 0; --visits) {
       if (it.leaf_ != entered) {
         entered = it.leaf_;
         if (const Leaf* nx = entered->next) {
@@ -301,6 +303,7 @@ class OrderedIndex {
         ++it;
       }
     }
+    return it;
   }
 
   /// Leaves in use (walks them: for tests and diagnostics).

@@ -22,11 +22,11 @@
 // segment as a hole (no writer, no reader, invisible to every query, size() and
 // for_each_segment()) that a later write or read of the same range revives in place: a chain of
 // tasks writing one buffer re-creates nothing. The ordered walks drop the holes they meet, sweep()
-// drops them all, and past 1024 plus a quarter of the live segments erase_owned() drops all but
-// the newest in one walk, so memory stays proportional to the live segments. Out of memory, a
-// segment is in both indexes or in neither, and erase_owned() and sweep() never throw (the hash
-// index then stays larger instead of shrinking, and a segment with no room on the hole list
-// leaves the map instead of becoming a hole). An insert() or add_reader() that throws has
+// drops them all, and past 1024 plus a quarter of the live segments erase_owned() drops older
+// ones in bounded walks of the tree, so memory stays proportional to the live segments. Out of
+// memory, a segment is in both indexes or in neither, and erase_owned() and sweep() never throw
+// (the hash index then stays larger instead of shrinking, and a segment with no room on the hole
+// list leaves the map instead of becoming a hole). An insert() or add_reader() that throws has
 // changed only what it walked before: an insert may have dropped the segments it was replacing.
 // Single-owner (the Orchestrator thread): not thread-safe.
 #pragma once
@@ -271,7 +271,7 @@ class TensorMap {
   }
 
   /// Segments (holes are not segments).
-  [[nodiscard]] std::size_t size() const noexcept { return tree_.size() - holes_.size(); }
+  [[nodiscard]] std::size_t size() const noexcept { return tree_.size() - holes(); }
   /// Holes kept for a later writer of their range (for tests and diagnostics).
   [[nodiscard]] std::size_t holes() const noexcept { return holes_.size(); }
   /// Writer-less segments made since the last sweep (by reads of bytes nobody wrote, or by a
@@ -287,6 +287,7 @@ class TensorMap {
     index_count_ = 0;
     holes_.clear();
     holes_.shrink_to_fit();
+    hole_walk_at_ = TreeKey{};
     writerless_made_ = 0;
   }
 
@@ -340,6 +341,10 @@ class TensorMap {
 
   /// Holes kept whatever the map's size (plus a quarter of the segments).
   static constexpr std::size_t kHolesKept = 1024;
+  /// Entries one walk of drop_holes_but visits: the slowest erase_owned of bench_tensormap's
+  /// worst_erase row took ~2 us at 1k-10k segments with 64 (6-11 us with 256; 0.5 us when each
+  /// new hole dropped one old one), and the mean erase was the same with either.
+  static constexpr std::size_t kHoleWalk = 64;
 
   template <class Live>
   static void compact(SmallVec<TensorReader, kInlineReaders>& rs, Live& live) {
@@ -453,12 +458,16 @@ class TensorMap {
     return tree_.insert_before(after, s->key, Ref{s, s->end});
   }
 
-  // A writer-less segment without readers becomes a hole. Past the limit every older hole goes
-  // in one walk of the tree in address order (never the newest: the next writer of a chain is
-  // about to revive it), which costs O(1) per hole dropped: at least a quarter as many holes as
-  // segments are dropped per walk. Dropping one older hole per new one instead took a walk from
-  // the root and a cache miss on each of a hole, its leaf and its index entry, at random
-  // (bench_tensormap erase at 1M: most of its 330-400 ns).
+  // A writer-less segment without readers becomes a hole. Past the limit, older holes go by a
+  // walk of the tree in address order over the next kHoleWalk entries, from where the last walk
+  // stopped (never the newest hole: the next writer of a chain is about to revive it). Holes
+  // are then at least a fifth of the entries, so a walk drops about kHoleWalk / 5 of them for
+  // one root walk, reading the entries' segments a leaf ahead: O(1) per hole dropped, and a
+  // retirement pays for at most one walk. Dropping one older hole per new one (before) took a
+  // walk from the root and a cache miss on each of the hole, its leaf and its index entry, at
+  // random (bench_tensormap erase at 1M: most of its 330-400 ns).
+  // Holes made while walks go round the tree can outnumber the limit by one per walk, at most
+  // (entries / kHoleWalk), which keeps memory proportional to the segments.
   // Runs at retirement (erase_owned), where nothing may throw: without room on the list, the
   // segment leaves the map instead (a later write of the range makes it again).
   void make_hole(Seg& s) noexcept {
@@ -472,23 +481,25 @@ class TensorMap {
     }
     s.hole_at = static_cast<std::uint32_t>(holes_.size());
     holes_.push_back(&s);
-    if (holes_.size() > kHolesKept + (tree_.size() - holes_.size()) / 4) drop_holes_but(s);
+    if (holes() > kHolesKept + size() / 4) drop_holes_but(s);
   }
-  // Drops every hole but `keep`. The walk reads each entry's segment to tell a hole; the tree
-  // has those asked for a leaf ahead.
-  void drop_holes_but(Seg& keep) noexcept {
-    tree_.erase_if(
+  void drop_holes_but(const Seg& keep) noexcept {
+    Iter from = tree_.lower_bound(hole_walk_at_);
+    if (from == tree_.end()) from = tree_.begin();
+    const Iter stop = tree_.erase_if(
+        from, kHoleWalk,
         [&](const TreeKey&, const Ref& r) {
           Seg* x = r.seg;
           if (!x->hole() || x == &keep) return false;
+          // (Leaving its entry of holes_ empty instead, rather than moving the last hole into
+          // it, saved nothing measurable: a driver of the erase row at 1M, 3 alternations.)
+          unhole(*x);
           index_erase(x);
           release(x);
           return true;
         },
         [](const TreeKey&, const Ref& r) { __builtin_prefetch(r.seg, 0, 3); });
-    holes_.clear();  // keeps its capacity: no allocation
-    keep.hole_at = 0;
-    holes_.push_back(&keep);
+    hole_walk_at_ = stop == tree_.end() ? TreeKey{} : stop.key();
   }
   // Takes a hole off holes_ (it is revived or leaves the map).
   void unhole(Seg& s) noexcept {
@@ -586,6 +597,7 @@ class TensorMap {
   BigArray<IndexSlot> index_;    // empty until the first segment
   std::size_t index_count_ = 0;  // segments in index_: tree_.size()
   std::vector<Seg*> holes_;      // the segments of tree_ that are holes
+  TreeKey hole_walk_at_{};       // where drop_holes_but's next walk starts
   std::size_t writerless_made_ = 0;
 };
 
