@@ -511,7 +511,6 @@ void random_against_map(std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   Index ix;
   std::map<std::uint64_t, std::uint64_t> ref;
-  std::vector<typename Index::Place> places;  // where inserted entries went
   // Phases: grow to ~2000 keys, shrink to a few, grow again, empty completely; clustered and
   // scattered keys, so leaves split, empty out and merge at both ends and in the middle.
   const int phases[] = {3000, -2900, 2500, -100000, 500};
@@ -542,7 +541,6 @@ void random_against_map(std::uint64_t seed) {
                                  : ix.insert_before(ix.lower_bound(k), k, v);
           }
         }
-        places.push_back(Index::place_of(it));
         REQUIRE(it.key() == k);
         REQUIRE(it.value() == v);
         ref.emplace(k, v);
@@ -557,15 +555,10 @@ void random_against_map(std::uint64_t seed) {
         if (ref.empty()) break;
         auto r = ref.lower_bound(rng() % 5000);
         if (r == ref.end()) r = ref.begin();
-        // Found plainly or from a place recorded earlier, usually stale by now (its leaf split,
-        // merged or went back to the pool).
-        auto it = s % 2 == 0 || places.empty()
-                      ? ix.find(r->first)
-                      : ix.find_near(places[rng() % places.size()], r->first);
+        auto it = ix.find(r->first);
         REQUIRE(it != ix.end());
         REQUIRE(it.key() == r->first);
-        REQUIRE(ix.find_near(places.empty() ? nullptr : places.back(), 5000 + rng() % 10) ==
-                ix.end());
+        REQUIRE(ix.find(5000 + rng() % 10) == ix.end());
         r = ref.erase(r);
         it = ix.erase(it);
         if (r == ref.end()) {
@@ -588,7 +581,7 @@ void random_against_map(std::uint64_t seed) {
   ix.clear();
   ref.clear();
   check_same(ix, ref, rng);
-  REQUIRE(ix.find_near(places.empty() ? nullptr : places.back(), 17) == ix.end());
+  REQUIRE(ix.find(17) == ix.end());
   for (int s = 0; s < 2000; ++s) {
     const std::uint64_t k = rng() % 5000;
     if (ref.emplace(k, s).second) ix.insert(k, static_cast<std::uint64_t>(s));
@@ -784,16 +777,7 @@ TEST_CASE("an OrderedIndex erase_if drops what its predicate picks and keeps the
       std::erase_if(model, [&](const auto& kv) {
         return keep_one_in == 0 || (kv.first / 5) % keep_one_in != 0;
       });
-      REQUIRE(ix.size() == model.size());
-      auto it = ix.begin();
-      for (const auto& [k, v] : model) {
-        REQUIRE(it != ix.end());
-        REQUIRE(it.key() == k);
-        REQUIRE(it.value() == v);
-        REQUIRE(ix.find(k) == it);
-        ++it;
-      }
-      REQUIRE(it == ix.end());
+      check_same(ix, model, rng);
     }
     REQUIRE(ix.empty());
     REQUIRE(ix.leaf_count() == 1);

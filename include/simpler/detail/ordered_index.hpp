@@ -165,28 +165,6 @@ class OrderedIndex {
     const iterator it = lower_bound(k);
     return it != end() && !(k < it.key()) ? it : end();
   }
-  /// Where an entry is now (its leaf), for find_near(). A place stays safe to pass while the
-  /// index lives, whatever changed since: leaves are pooled, and a pooled leaf holds no keys.
-  using Place = const void*;
-  [[nodiscard]] static Place place_of(iterator it) noexcept { return it.leaf_; }
-  /// find(k), first looking in the leaf at `near` and its neighbours: an entry leaves its leaf
-  /// only when the leaf splits (the upper half moves to the next leaf) or merges into the
-  /// previous one, so a recent place usually saves the walk from the root.
-  [[nodiscard]] iterator find_near(Place near, const K& k) const noexcept {
-    const auto* at = static_cast<const Leaf*>(near);
-    if (at != nullptr) {
-      for (Leaf* l : {const_cast<Leaf*>(at), at->next, at->prev}) {
-        if (l == nullptr || l->n == 0) continue;
-        prefetch<sizeof(l->keys)>(l->keys);  // a cold leaf: its lines at once, not probe by probe
-        if (k < l->keys[0] || l->keys[l->n - 1] < k) continue;
-        const std::uint32_t i = lower(l->keys, l->n, k);
-        if (!(k < l->keys[i])) return {l, i};
-        return end();  // inside this leaf's span and not in it: absent
-      }
-    }
-    return find(k);
-  }
-
   /// Moves `it` to the key before it (from end(): the last). False when there is none.
   bool prev(iterator& it) const noexcept {
     if (it.leaf_ == nullptr) {
@@ -439,8 +417,7 @@ class OrderedIndex {
     root_ = first_ = last_ = l;
     size_ = 0;
   }
-  // Puts `x` and everything under it back in the pools, emptied (a place of a pooled leaf must
-  // find nothing: see find_near).
+  // Puts `x` and everything under it back in the pools, emptied.
   void recycle(Node* x) noexcept {
     if (!x->leaf) {
       auto* in = static_cast<Inner*>(x);
