@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -470,6 +471,114 @@ TEST_CASE("a forked child that dies under a task the run's thread sent fails the
     for (int i = 0; i < 10; ++i) o.submit_sub(count);
   });
   CHECK(w.stats().lanes[1].completed == 10);
+  CHECK_NOTHROW(w.close());
+}
+
+TEST_CASE("a burst to a forked child goes out from passes off the run's thread, and completes",
+          "[fork-shm][pipeline][driven]") {
+  // More live tasks than the run's thread routes inline: the scheduler thread (or an idle lane)
+  // runs the passes, and each sends what it posts to the child itself. The orchestration then
+  // waits for every answer without reaching its fence: the spinning scheduler thread, or the
+  // lane's thread once nobody polls (the child wakes it), must take them in. A poller that never
+  // let go, or a lane thread that left answers to a poller that went to sleep, would hang here.
+  SharedArena arena;
+  auto& ran = arena.one<std::atomic<int>>(0);
+  Worker w(process_options_for_pipeline(1));
+  auto count = w.register_sub("count", [&ran](TaskArgsView) { ran.fetch_add(1); });
+  w.init();
+  constexpr std::uint64_t kTasks = 3000;
+  for (int rep = 0; rep < 3; ++rep) {
+    INFO("rep " << rep);
+    const std::uint64_t before = w.stats().lanes[0].completed;
+    bool done = false;
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      for (std::uint64_t i = 0; i < kTasks; ++i) o.submit_sub(count);
+      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!done && std::chrono::steady_clock::now() < limit) {
+        done = w.stats().lanes[0].completed == before + kTasks;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    });
+    CHECK(done);
+  }
+  CHECK(ran.load() == static_cast<int>(3 * kTasks));
+  const LaneStats l = w.stats().lanes.at(0);
+  INFO("sent by the run's thread " << l.sent_by_run_thread << ", by other passes "
+                                   << l.sent_by_passes << ", of " << l.submitted);
+  CHECK(l.sent_by_passes > 0);
+  CHECK(l.sent_by_run_thread + l.sent_by_passes <= l.submitted);
+  CHECK_NOTHROW(w.close());
+}
+
+TEST_CASE("an answer nobody polls for is taken at once, not at the lane's next liveness tick",
+          "[fork-shm][pipeline][driven]") {
+  // The orchestration sends one task at a time and waits for each inside the run (no fence
+  // polls). Whoever polled last (the scheduler thread's spin) must have let go, so the child,
+  // about to sleep with an answer nobody took, wakes the lane's thread for it. A poller flag
+  // left up would leave every answer to the lane's 10 ms liveness tick instead.
+  Worker w(process_options_for_pipeline(1));
+  auto quick = w.register_sub("quick", [](TaskArgsView) {});
+  w.init();
+  constexpr int kTasks = 41;
+  std::vector<double> waited_ms;
+  bool all_done = true;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    for (int i = 0; i < kTasks && all_done; ++i) {
+      const std::uint64_t before = w.stats().lanes[0].completed;
+      const auto t0 = std::chrono::steady_clock::now();
+      o.submit_sub(quick);
+      const auto limit = t0 + std::chrono::seconds(5);
+      bool done = false;
+      while (!done && std::chrono::steady_clock::now() < limit) {
+        done = w.stats().lanes[0].completed == before + 1;
+        if (!done) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      all_done = done;
+      waited_ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  });
+  REQUIRE(all_done);
+  std::sort(waited_ms.begin(), waited_ms.end());
+  const double median = waited_ms[waited_ms.size() / 2];
+  const double tick_ms =
+      static_cast<double>(ForkShmTransport::Endpoint<SubWorker>::liveness_tick().count());
+  INFO("median wait " << median << " ms, liveness tick " << tick_ms << " ms");
+  CHECK(median < tick_ms / 2);
+  CHECK_NOTHROW(w.close());
+}
+
+TEST_CASE("a forked child that dies under a burst sent by the scheduler's passes fails the run",
+          "[fork-shm][pipeline][driven][failure]") {
+  // As above, with the child killed part-way: the orchestration stays busy (never reaching its
+  // fence), and the death must still end the tasks in flight and mark the lane dead promptly.
+  SharedArena arena;
+  auto& ran = arena.one<std::atomic<int>>(0);
+  Worker w(process_options_for_pipeline(1));
+  auto step = w.register_sub("step", [&ran](TaskArgsView v) {
+    if (v.scalar(0) == 1500) ::kill(::getpid(), SIGKILL);
+    ran.fetch_add(1, std::memory_order_seq_cst);
+  });
+  w.init();
+  bool seen_dead = false;
+  try {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      for (int i = 0; i < 3000; ++i) o.submit_sub(step, TaskArgs().add_scalar(i));
+      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (!seen_dead && std::chrono::steady_clock::now() < limit) {
+        seen_dead = w.stats().lanes[0].dead;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+    FAIL("run() did not throw");
+  } catch (const TaskError& e) {
+    INFO(e.what());
+    CHECK(e.outcome() == Outcome::EndpointFailure);
+    CHECK_THAT(std::string(e.what()), Contains("killed by signal 9"));
+  }
+  CHECK(seen_dead);
+  CHECK(ran.load() == 1500);  // every task before the killer ran, none after it
+  CHECK(w.stats().lanes.at(0).sent_by_passes > 0);
   CHECK_NOTHROW(w.close());
 }
 

@@ -37,6 +37,9 @@ struct LaneStats {
   /// Tasks the thread running the orchestration sent to this lane's forked child itself, with
   /// the lane's thread left asleep (a driven lane: docs/processes.md). Diagnostics.
   std::uint64_t sent_by_run_thread = 0;
+  /// Tasks a scheduler pass on another thread (the scheduler thread, or an idle lane) sent to
+  /// this lane's forked child itself, with the lane's thread left asleep. Diagnostics.
+  std::uint64_t sent_by_passes = 0;
   /// Tasks of this lane (a thread child) that the thread running the orchestration ran itself
   /// while it waited at the end of the run (WorkerOptions::caller_runs_tasks). Diagnostics.
   std::uint64_t ran_by_run_thread = 0;

@@ -514,6 +514,7 @@ class BasicWorker {
         ls.submitted = l->stat_posted.get() + l->stat_kept.get();
         ls.passes = l->stat_passes.get();
         ls.sent_by_run_thread = l->stat_driven.get();
+        ls.sent_by_passes = l->stat_driven_pass.get();
         ls.ran_by_run_thread = l->stat_helped.get();
         ls.child_cpu_steps = l->stat_cpu_steps.get();
         const std::uint64_t ended = ls.completed + ls.failed + ls.skipped;

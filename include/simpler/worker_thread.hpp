@@ -383,13 +383,15 @@ class WorkerThread : public detail::LaneCore {
         if (posted.load(std::memory_order_seq_cst) != sent_pub_.load(std::memory_order_seq_cst)) {
           return true;
         }
-        // Answers nobody took, unless the run's fence is polling: it takes them itself. A lane
-        // thread that raced it for them stayed awake from one run to the next, and its weight
-        // (itself and the child) kept the process crowded: three threads spun on two CPUs, the
-        // child shared one with the fence, and no sender could name a CPU to step off
-        // (CpuStepOff). The fence stops polling before it sleeps; answers that come after
-        // that wake this thread through the child.
-        if (!core_.orch_polling.load(std::memory_order_seq_cst) && endpoint_.answers_waiting()) {
+        // Answers nobody took, unless the run's fence or the scheduler thread is polling: they
+        // take them themselves. A lane thread that raced the fence for them stayed awake from
+        // one run to the next, and its weight (itself and the child) kept the process crowded:
+        // three threads spun on two CPUs, the child shared one with the fence, and no sender
+        // could name a CPU to step off (CpuStepOff); racing the scheduler thread kept one more
+        // thread spinning per child through every long run. Both stop polling before they
+        // sleep; answers that come after that wake this thread through the child.
+        if (!core_.orch_polling.load(std::memory_order_seq_cst) &&
+            !core_.sched_polling.load(std::memory_order_seq_cst) && endpoint_.answers_waiting()) {
           return true;
         }
         // Sent by another thread while this one meant to sleep long: sleep short instead.
@@ -452,17 +454,18 @@ class WorkerThread : public detail::LaneCore {
     return static_cast<WorkerThread&>(lane).drive_other(step);
   }
 
-  /// Another thread drives the lane (see "Driven lanes"): Post publishes the posts the caller's
-  /// pass staged and sends them; Collect takes the answers in. Both publish every outcome that
-  /// is settled and send what fits the window, and never wait. False when it did nothing.
-  /// Stepping only asks whether the child is stepping off a CPU (it takes nothing).
+  /// Another thread drives the lane (see "Driven lanes"): Post / PassPost publish the posts the
+  /// caller's pass staged and send them; Collect / PassCollect take the answers in. All publish
+  /// every outcome that is settled and send what fits the window, and never wait. False when it
+  /// did nothing. Stepping only asks whether the child is stepping off a CPU (it takes nothing).
   bool drive_other(detail::LaneCore::DriveStep step) noexcept {
-    if (step == detail::LaneCore::DriveStep::Stepping) {
+    using Step = detail::LaneCore::DriveStep;
+    if (step == Step::Stepping) {
       if constexpr (requires { endpoint_.child_stepping(); }) return endpoint_.child_stepping();
       return false;
     }
-    const bool post = step == detail::LaneCore::DriveStep::Post;
-    if (!post && !endpoint_.answers_waiting()) return false;  // the fence polls this
+    const bool post = step == Step::Post || step == Step::PassPost;
+    if (!post && !endpoint_.answers_waiting()) return false;  // the pollers look at this
     std::uint32_t idle = 0;
     if (!driver_.compare_exchange_strong(idle, kDriverOther, std::memory_order_seq_cst)) {
       return false;
@@ -470,6 +473,7 @@ class WorkerThread : public detail::LaneCore {
     // The token came first: this lane's thread cannot take these posts from under us.
     if (post) posted.store(staged, std::memory_order_seq_cst);
     pl_foreign_ = true;
+    pl_by_run_ = step == Step::Post || step == Step::Collect;
     for (;;) {
       while (pl_taken_ != pl_sent_ &&
              (!pl_in_flight_[pl_taken_ % kDepth] || endpoint_.answer_ready())) {
@@ -539,7 +543,7 @@ class WorkerThread : public detail::LaneCore {
         Outcome refused = Outcome::EndpointFailure;
         if (endpoint_.send(r, refused, out.fault)) {
           pl_in_flight_[i] = true;
-          if (pl_foreign_) stat_driven.add();
+          if (pl_foreign_) (pl_by_run_ ? stat_driven : stat_driven_pass).add();
         } else {
           out.outcome = refused;
           name_callable(r, out);
@@ -893,6 +897,7 @@ class WorkerThread : public detail::LaneCore {
   std::uint32_t pl_taken_ = 0;  // outcomes published
   std::uint32_t pl_window_ = 1;
   bool pl_foreign_ = false;  // a thread other than the lane's holds driver_
+  bool pl_by_run_ = false;   // ... and it is the run's thread (for the stats)
   std::array<bool, kDepth> pl_in_flight_{};
   std::array<LeafRequest, kDepth> pl_requests_{};
   std::array<std::int64_t, kDepth> pl_trace_t0_{};  // a traced task: when it was handed over

@@ -164,6 +164,10 @@ struct EngineCore {
   /// signal_scheduler). It clears the flag before it sleeps and then looks once more, so a push
   /// that skipped the wake-up is taken by that look. Read with the wake-up, so on its line.
   std::atomic<bool> orch_polling{false};
+  /// Set by the scheduler thread while it spins with driven lanes to poll (SchedulerCore::
+  /// run_loop): it takes their children's answers in, so their lane threads leave them and
+  /// sleep. Cleared before it sleeps; answers after that wake the lane's thread (the child does).
+  std::atomic<bool> sched_polling{false};
   /// Set by the Orchestrator when its pass made a deadline due earlier than the one the scheduler
   /// thread may be sleeping towards; the scheduler thread clears it when it takes the pass.
   std::atomic<bool> deadline_moved{false};

@@ -102,13 +102,14 @@ struct LaneCore {
 
   // ---- Driven lanes (DrivenInline endpoints: a forked child). Another thread may run such a
   // lane's endpoint while holding `driver` (WorkerThread, "Driven lanes"): a scheduler pass on
-  // the run's thread sends what it posts there itself (DriveStep::Post, instead of waking the
-  // lane's thread), and the run's fence takes the child's answers in (DriveStep::Collect).
-  // Either returns false when it did nothing (the lane's own thread holds it, or there was
-  // nothing to take); Post then leaves the posts to the caller to publish as usual. Stepping
-  // takes nothing: true while the child is moving off a CPU (CpuStepOff), so its answer is
-  // late by a migration and the fence spins on (OrchestratorBase::finish_run).
-  enum class DriveStep : std::uint8_t { Post, Collect, Stepping };
+  // any thread but this lane's sends what it posts there itself (Post on the run's thread,
+  // PassPost on the scheduler thread or an idle lane, instead of waking the lane's thread), and
+  // the run's fence (Collect) or the spinning scheduler thread (PassCollect) takes the child's
+  // answers in. Each returns false when it did nothing (the lane's own thread holds it, or there
+  // was nothing to take); a post then leaves the posts to the caller to publish as usual.
+  // Stepping takes nothing: true while the child is moving off a CPU (CpuStepOff), so its
+  // answer is late by a migration and the fence spins on (OrchestratorBase::finish_run).
+  enum class DriveStep : std::uint8_t { Post, Collect, PassPost, PassCollect, Stepping };
   using DriveFn = bool (*)(LaneCore&, DriveStep) noexcept;
   DriveFn drive = nullptr;  ///< set at construction for driven lanes, null for the others
 
@@ -175,6 +176,8 @@ struct LaneCore {
   StatCounter stat_passes;  ///< scheduler passes (that took work) this lane ran while idle
   /// Driven lanes: tasks the run's thread sent to the child itself (written under `driver`).
   StatCounter stat_driven;
+  /// Driven lanes: tasks another thread's pass (the scheduler thread, an idle lane) sent.
+  StatCounter stat_driven_pass;
   /// Helped lanes: tasks the run's thread ran itself in its fence (written under `helper`).
   StatCounter stat_helped;
   /// Forked lanes: times the child stepped off its sender's CPU (copied at each answer taken).

@@ -65,6 +65,9 @@ class SchedulerCore {
   void dispatch(RoleQueues& q);
   void dispatch_shared(RoleQueues& q, CallableKind kind);
   void trace_pass(std::int64_t begin, std::uint64_t routed) noexcept;
+  /// The scheduler thread's spin: takes driven lanes' answers in (DriveStep::PassCollect),
+  /// unless the run's fence polls and takes them itself.
+  void collect_driven() noexcept;
   void trace_event(TraceKind kind, const Slot& s, std::uint32_t arg, Outcome o) noexcept;
   bool skip_if_cancelled(Slot& s);
   void fail_unplaceable(Slot& s, Role role);

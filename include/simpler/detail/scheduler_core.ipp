@@ -114,17 +114,36 @@ inline void SchedulerCore::run_loop() noexcept {
     // While the Orchestrator polls (its run's fence), it does the passes: lanes do not wake
     // this thread then, and it stays out of the way. Pushes it may miss when the polling ends
     // are taken by the Orchestrator's last look (see EngineCore::orch_polling).
-    core_.sched_wake.await(
-        [this] {
-          return (has_input() && !core_.orch_polling.load(std::memory_order_seq_cst)) ||
-                 core_.stop.load(std::memory_order_seq_cst) ||
-                 core_.deadline_moved.load(std::memory_order_seq_cst);
-        },
-        core_.timing.spin, wake_at);
+    const auto input = [this] {
+      return (has_input() && !core_.orch_polling.load(std::memory_order_seq_cst)) ||
+             core_.stop.load(std::memory_order_seq_cst) ||
+             core_.deadline_moved.load(std::memory_order_seq_cst);
+    };
+    if (core_.driven_lanes.empty()) {
+      core_.sched_wake.await(input, core_.timing.spin, wake_at);
+      continue;
+    }
+    // With forked children, the spin also takes their answers in (unless the fence polls),
+    // so what completes is in this thread's next pass and no lane thread wakes to take it.
+    core_.sched_polling.store(true, std::memory_order_seq_cst);
+    const auto poll = [&] {
+      collect_driven();
+      return input();
+    };
+    const bool got = EventCount::spin_until(poll, core_.timing.spin);
+    collect_driven();  // still polling: answers that came meanwhile need no lane thread
+    core_.sched_polling.store(false, std::memory_order_seq_cst);
+    if (got || input()) continue;
+    core_.sched_wake.await(input, std::chrono::nanoseconds(0), wake_at);  // spun already
   }
 }
 
 // Level 3: one scheduler pass that took new work, with the tasks it routed and what it left queued.
+inline void SchedulerCore::collect_driven() noexcept {
+  if (core_.orch_polling.load(std::memory_order_relaxed)) return;  // the fence takes them
+  for (LaneCore* l : core_.driven_lanes) l->drive(*l, LaneCore::DriveStep::PassCollect);
+}
+
 inline void SchedulerCore::trace_pass(std::int64_t begin, std::uint64_t routed) noexcept {
   std::size_t queued = 0;
   for (const RoleQueues* q : {&next_, &sub_}) {
@@ -448,13 +467,17 @@ inline void SchedulerCore::post(LaneCore& lane, TaskSlot id, std::uint32_t membe
   ++lane.staged;
 }
 
-// One publication and one wake check per lane per dispatch pass, not per task. On the run's
-// thread, a driven lane's posts are sent to its child right here (WorkerThread, "Driven
-// lanes"): its thread is not woken, and the run's fence takes the answers in.
+// One publication and one wake check per lane per dispatch pass, not per task. A driven lane's
+// posts are sent to its child right here, on whichever thread runs the pass (WorkerThread,
+// "Driven lanes"): its thread is not woken, and the run's fence or the spinning scheduler
+// thread takes the answers in.
 inline void SchedulerCore::publish_posts() {
   for (LaneCore* l : touched_) {
     l->stat_posted.add(l->staged - l->posted.load(std::memory_order_relaxed));
-    if (run_thread_ && l->drive != nullptr && l->drive(*l, LaneCore::DriveStep::Post)) continue;
+    if (l->drive != nullptr &&
+        l->drive(*l, run_thread_ ? LaneCore::DriveStep::Post : LaneCore::DriveStep::PassPost)) {
+      continue;
+    }
     l->posted.store(l->staged, std::memory_order_seq_cst);  // publishes the ring entries
     l->wake.notify_all();
     if (EventCount* also = l->also_wake.load(std::memory_order_seq_cst)) also->notify_all();
