@@ -31,7 +31,9 @@
 // for reference; ns/task. Each repetition builds a fresh Worker (construction, init and one
 // unmeasured verification and warm-up run of N counting tasks are not timed; the counter lives
 // in shared memory, so it counts tasks run in the children too), then times one run of N empty
-// tasks.
+// tasks. Rows t_..._cpu (and w_..._cpu) add, per contender, the CPU time of its timed runs per
+// task (every thread of this process and of its children, from schedstat) and the cores busy
+// (CPU over wall time): near 2, the two cores were full and more children cannot raise the rate.
 //
 // No fork happens in a multi-threaded process: the baseline children, the mailbox child and the
 // process Worker's children of scenario e are all forked before the first engine thread starts;
@@ -803,11 +805,13 @@ void scenario_nesting(sb::Report& rep, const Sizes& sz, SharedCounter* counter) 
 }
 
 /// `tasks` tasks per timed run: empty ones, or (busy) kWorkUs of computation each.
+/// `cpu` collects the CPU time of the timed runs: this process's threads and the children's.
 sb::Contender throughput_contender(ChildMode mode, int subs, const Sizes& sz,
-                                   SharedCounter* counter, std::uint32_t tasks, bool busy) {
+                                   SharedCounter* counter, std::uint32_t tasks, bool busy,
+                                   sb::CpuMeter& cpu) {
   std::string name = fmt::format("{}_{}", mode_name(mode), subs);
   return {name,
-          [mode, subs, &sz, counter, name, tasks, busy] {
+          [mode, subs, &sz, counter, name, tasks, busy, &cpu] {
             // A fresh Worker per repetition: only one Worker (and so one set of engine threads)
             // exists at a time, and a process Worker forks its children single-threaded.
             EngineWorker e(mode, subs, counter);
@@ -815,7 +819,10 @@ sb::Contender throughput_contender(ChildMode mode, int subs, const Sizes& sz,
             // pool to what the timed run needs, so the timed run measures a warm Worker.
             e.verify(1, tasks, sz.scope_chunk, name);
             const CallableHandle& h = busy ? e.busy() : e.empty();
+            const std::vector<int> pids = sb::self_and_children();
+            const double cpu0 = sb::cpu_ns(pids);
             const double ns = sb::time_ns([&] { e.run_many(h, tasks, sz.scope_chunk); });
+            cpu.add(sb::cpu_ns(pids) - cpu0, ns, tasks);
             e.check_retired(name);
             e.close();
             return ns;
@@ -842,13 +849,19 @@ void scenario_throughput(sb::Report& rep, const Sizes& sz, SharedCounter* counte
       "t: {} independent empty tasks in one run, scopes of {}, forked sub workers (ns/task)",
       count_label(sz.tasks), sz.scope_chunk));
   rep.note("a fresh Worker per repetition; init and a verification run are not timed");
+  std::vector<sb::CpuMeter> cpu(4);
   std::vector<sb::Contender> cs{
-      throughput_contender(ChildMode::Process, 1, sz, counter, sz.tasks, false),
-      throughput_contender(ChildMode::Process, 2, sz, counter, sz.tasks, false),
-      throughput_contender(ChildMode::Process, 4, sz, counter, sz.tasks, false),
-      throughput_contender(ChildMode::Thread, 2, sz, counter, sz.tasks, false),
+      throughput_contender(ChildMode::Process, 1, sz, counter, sz.tasks, false, cpu[0]),
+      throughput_contender(ChildMode::Process, 2, sz, counter, sz.tasks, false, cpu[1]),
+      throughput_contender(ChildMode::Process, 4, sz, counter, sz.tasks, false, cpu[2]),
+      throughput_contender(ChildMode::Thread, 2, sz, counter, sz.tasks, false, cpu[3]),
   };
   sb::run_scenario(rep, sc, "ns/task", cs);
+  // CPU over the timed runs (every thread of this process and of the children), so a rate that
+  // does not grow with children can be told apart: cores_busy near 2 means the two cores were
+  // full (more children add no CPU), well under 2 that a hand-off left them idle.
+  rep.note("cpu: CPU time of the timed runs (this process and its children) per task, cores busy");
+  for (std::size_t k = 0; k < cs.size(); ++k) cpu[k].report(rep, sc, cs[k].name);
   rep.ratio(sc, "process_2", "thread_2");
   rep.ratio(sc, "process_2", "process_1");
   rep.ratio(sc, "process_4", "process_2");
@@ -873,13 +886,15 @@ void scenario_work(sb::Report& rep, const Sizes& sz, SharedCounter* counter) {
                           count_label(sz.work_tasks), kWorkUs));
   rep.note(fmt::format("ideal on 2 cores: {} ns/task with 1 child, {} with 2 (no overhead)",
                        kWorkUs * 1000, kWorkUs * 500));
+  std::vector<sb::CpuMeter> cpu(4);
   std::vector<sb::Contender> cs{
-      throughput_contender(ChildMode::Process, 1, sz, counter, sz.work_tasks, true),
-      throughput_contender(ChildMode::Process, 2, sz, counter, sz.work_tasks, true),
-      throughput_contender(ChildMode::Thread, 1, sz, counter, sz.work_tasks, true),
-      throughput_contender(ChildMode::Thread, 2, sz, counter, sz.work_tasks, true),
+      throughput_contender(ChildMode::Process, 1, sz, counter, sz.work_tasks, true, cpu[0]),
+      throughput_contender(ChildMode::Process, 2, sz, counter, sz.work_tasks, true, cpu[1]),
+      throughput_contender(ChildMode::Thread, 1, sz, counter, sz.work_tasks, true, cpu[2]),
+      throughput_contender(ChildMode::Thread, 2, sz, counter, sz.work_tasks, true, cpu[3]),
   };
   sb::run_scenario(rep, sc, "ns/task", cs);
+  for (std::size_t k = 0; k < cs.size(); ++k) cpu[k].report(rep, sc, cs[k].name);
   rep.ratio(sc, "process_1", "thread_1");
   rep.ratio(sc, "process_2", "thread_2");
   rate_ratios(rep, sc, "process_1", {"process_2"});

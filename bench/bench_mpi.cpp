@@ -63,6 +63,9 @@ using namespace simpler;
 
 namespace {
 
+using sb::cpu_ns;
+using sb::CpuMeter;
+
 constexpr int kPingTag = 101;
 constexpr int kBulkTag = 102;
 constexpr std::uint64_t kNapUs = 100;
@@ -259,38 +262,6 @@ void gather_pids(std::vector<int>* out) {
                     MPI_COMM_WORLD),
          "MPI_Gather (pids)");
 }
-
-/// Nanoseconds on a CPU of every thread of `pids` so far (/proc/<pid>/task/<tid>/schedstat).
-double cpu_ns(const std::vector<int>& pids) {
-  double sum = 0;
-  for (const int pid : pids) {
-    std::error_code ec;
-    for (const auto& t :
-         std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
-      if (FILE* f = std::fopen((t.path() / "schedstat").c_str(), "r")) {
-        unsigned long long ns = 0;
-        if (std::fscanf(f, "%llu", &ns) == 1) sum += static_cast<double>(ns);
-        std::fclose(f);
-      }
-    }
-  }
-  return sum;
-}
-
-struct CpuMeter {
-  double cpu = 0, wall = 0, units = 0;
-  void add(double c, double w, double n) {
-    cpu += c;
-    wall += w;
-    units += n;
-  }
-  /// Adds "cpu ns/<unit>" and "cores busy" for `contender` to scenario `scenario`_cpu.
-  void report(sb::Report& rep, const std::string& scenario, const std::string& contender) const {
-    if (units <= 0 || wall <= 0) return;
-    rep.ratio_value(scenario + "_cpu", contender + "_cpu_ns_per_task", cpu / units, 1);
-    rep.ratio_value(scenario + "_cpu", contender + "_cores_busy", cpu / wall, 1);
-  }
-};
 
 /// Wraps a contender so that its CPU time over the whole job accumulates in `m`.
 sb::Contender metered(sb::Contender c, const std::vector<int>& pids, CpuMeter& m) {

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -330,6 +333,64 @@ inline void run_scenario(Report& rep, const std::string& scenario, const std::st
     rep.add(scenario, contenders[k].name, metric, summarise(std::move(samples[k])), probes[k]);
   }
 }
+
+/// Nanoseconds on a CPU of every thread of `pids` so far: each process's CPU-time clock
+/// (clock_getcpuclockid), which counts a thread running right now up to now; where that clock
+/// cannot be read, the threads' /proc/<pid>/task/<tid>/schedstat (updated at ticks and switches,
+/// so a thread on a CPU is behind by up to a tick).
+inline double cpu_ns(const std::vector<int>& pids) {
+  double sum = 0;
+  for (const int pid : pids) {
+    clockid_t clock{};
+    timespec ts{};
+    if (::clock_getcpuclockid(static_cast<pid_t>(pid), &clock) == 0 &&
+        ::clock_gettime(clock, &ts) == 0) {
+      sum += static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+      continue;
+    }
+    std::error_code ec;
+    for (const auto& t :
+         std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+      if (FILE* f = std::fopen((t.path() / "schedstat").c_str(), "r")) {
+        unsigned long long ns = 0;
+        if (std::fscanf(f, "%llu", &ns) == 1) sum += static_cast<double>(ns);
+        std::fclose(f);
+      }
+    }
+  }
+  return sum;
+}
+
+/// This process and the children its threads forked (/proc/self/task/<tid>/children).
+inline std::vector<int> self_and_children() {
+  std::vector<int> pids{static_cast<int>(::getpid())};
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    if (FILE* f = std::fopen((t.path() / "children").c_str(), "r")) {
+      int pid = 0;
+      while (std::fscanf(f, "%d", &pid) == 1) pids.push_back(pid);
+      std::fclose(f);
+    }
+  }
+  return pids;
+}
+
+/// CPU time against wall time over a contender's repetitions: whether a figure is bound by the
+/// cores (cores_busy near their count) or by hand-offs (cores left idle).
+struct CpuMeter {
+  double cpu = 0, wall = 0, units = 0;
+  void add(double c, double w, double n) {
+    cpu += c;
+    wall += w;
+    units += n;
+  }
+  /// Adds "cpu ns/<unit>" and "cores busy" for `contender` to scenario `scenario`_cpu.
+  void report(Report& rep, const std::string& scenario, const std::string& contender) const {
+    if (units <= 0 || wall <= 0) return;
+    rep.ratio_value(scenario + "_cpu", contender + "_cpu_ns_per_task", cpu / units, 1);
+    rep.ratio_value(scenario + "_cpu", contender + "_cores_busy", cpu / wall, 1);
+  }
+};
 
 /// "1M" for 1000000, "100k" for 100000, "1234" otherwise: the size part of a scenario name.
 inline std::string count_label(std::uint32_t n) {
