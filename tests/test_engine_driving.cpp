@@ -433,12 +433,17 @@ TEST_CASE("a deadline a lane's pass starts watching wakes the scheduler thread",
           "[engine][driving][lane-pass][deadline]") {
   // "stuck" becomes ready when "slow" completes on the only lane. "slow" waits until the
   // Orchestrator sleeps in the run's final wait and the scheduler thread sleeps towards its idle
-  // tick (200 ms), so the
-  // lane routes "stuck" in its own pass and runs it. The scheduler thread must learn of the
-  // 40 ms deadline that pass started watching, not find it at its next tick.
+  // tick (200 ms), so the lane routes "stuck" in its own pass and runs it. The scheduler thread
+  // must learn of the 40 ms deadline that pass started watching, not find it at its next tick.
+  // That the lane did the pass is a race the lane usually wins: a scheduler thread whose tick
+  // comes due in that instant (it slept up to 200 ms already) takes it instead, as it did once
+  // in a loaded TSan run. So up to five attempts, each with a fresh Worker (the lane is lost at
+  // the deadline), until one takes the path under test; the bound is checked on that one.
   static std::atomic<bool> release{false};
   release = false;
-  {
+  bool took_path = false;
+  for (int attempt = 0; attempt < 5 && !took_path; ++attempt) {
+    INFO("attempt " << attempt);
     Worker w(lane_thread_options(1));
     auto slow = w.register_sub("slow", [&w](TaskArgsView v) {
       await_only_this_lane_awake(w);
@@ -468,13 +473,14 @@ TEST_CASE("a deadline a lane's pass starts watching wakes the scheduler thread",
     INFO("the run took " << ms << " ms");
     CHECK(c == 1);
     // The lane did the pass that posted "stuck" (the path under test was taken).
-    CHECK(w.stats().lanes.at(0).passes > 0);
+    took_path = w.stats().lanes.at(0).passes > 0;
     // A correctness bound, not a speed target: "slow" waits for the others to sleep (a few ms)
     // and "stuck" has a 40 ms deadline, against a tick up to 200 ms away. The margin is wide
     // for a loaded machine.
-    CHECK(ms < 150.0);
+    if (took_path) CHECK(ms < 150.0);
     CHECK_NOTHROW(w.close());
   }
+  CHECK(took_path);
   release = true;
 }
 
