@@ -190,6 +190,59 @@ TEMPLATE_TEST_CASE("an L5 over an L4 over an L3 runs the same engine at every le
   CHECK(wrong_level == 0);
 }
 
+TEMPLATE_TEST_CASE("each next-level task's orchestration sees the CallConfig it was submitted with",
+                   "[nested]", InThreads, InProcesses) {
+  // A forked child's frames are reused round the ring, and only a task with a config of its own
+  // copies one into its frame: a default-config task in a frame that last carried another
+  // config must still see the default (the callee's own default object), and a custom config
+  // must arrive whole. 120 tasks go nearly four times round the 32-frame ring, and every frame
+  // carries both kinds.
+  constexpr int kTasks = 120;
+  SharedArena arena;
+  auto seen_block_dim = arena.make<std::int32_t>(kTasks, -1);
+  auto seen_prefix = arena.make<char>(kTasks, '?');
+  auto seen_default = arena.make<std::int32_t>(kTasks, -1);
+  Worker w4(options_for<TestType>(0, 4));
+  Worker l3(options_for<TestType>(1, 3));
+  l3.register_sub("noop", [](TaskArgsView) {});
+  w4.add_worker(std::move(l3));
+  auto record = w4.register_orch("record_config",
+                                 [&](OrchestratorBase&, TaskArgsView v, const CallConfig& c) {
+                                   const std::size_t i = v.scalar(0);
+                                   seen_block_dim[i] = c.block_dim;
+                                   seen_prefix[i] = c.output_prefix[0];
+                                   seen_default[i] = &c == &default_call_config() ? 1 : 0;
+                                 });
+  w4.init();
+  const auto custom = [](int i) { return i % 3 == 0; };
+  std::vector<CallConfig> configs(kTasks);
+  for (int i = 0; i < kTasks; ++i) {
+    configs[static_cast<std::size_t>(i)].block_dim = 10 + i;
+    configs[static_cast<std::size_t>(i)].output_prefix[0] = static_cast<char>('a' + i % 26);
+  }
+  w4.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
+    for (int i = 0; i < kTasks; ++i) {
+      TaskArgs a;
+      a.add_scalar(static_cast<std::uint64_t>(i));
+      o.submit_next_level(record, std::move(a),
+                          custom(i) ? configs[static_cast<std::size_t>(i)] : default_call_config());
+    }
+  });
+  for (int i = 0; i < kTasks; ++i) {
+    INFO("task " << i << (custom(i) ? " (own config)" : " (default config)"));
+    const auto k = static_cast<std::size_t>(i);
+    if (custom(i)) {
+      CHECK(seen_block_dim[k] == 10 + i);
+      CHECK(seen_prefix[k] == static_cast<char>('a' + i % 26));
+      CHECK(seen_default[k] == 0);
+    } else {
+      CHECK(seen_block_dim[k] == 0);
+      CHECK(seen_prefix[k] == '\0');
+      CHECK(seen_default[k] == 1);
+    }
+  }
+}
+
 TEST_CASE("add_worker validates its child and its timing", "[nested][bad-input]") {
   Worker w4(thread_options(0));
   Worker started(thread_options(1));

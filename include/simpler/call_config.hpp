@@ -44,6 +44,11 @@ struct CallConfig {
   void validate() const;
 };
 
+/// A CallConfig with every field at its default. Submit calls default to this object, which lets
+/// them skip copying the config when the caller did not pass one (and a forked child's frame skip
+/// carrying it).
+const CallConfig& default_call_config() noexcept;
+
 static_assert(std::is_trivially_copyable_v<CallConfig>);
 static_assert(std::is_standard_layout_v<CallConfig>);
 

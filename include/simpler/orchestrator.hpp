@@ -35,10 +35,6 @@
 
 namespace simpler {
 
-/// A CallConfig with every field at its default. Submit calls default to this object, which lets
-/// them skip copying the config when the caller did not pass one.
-const CallConfig& default_call_config() noexcept;
-
 /// What a submit returns: the task's slot, and the tensors it auto-allocated (its Output
 /// arguments with data == 0, in argument order, across members for groups).
 struct SubmitResult {

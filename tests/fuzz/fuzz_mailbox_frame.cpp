@@ -1,13 +1,15 @@
 // Fuzz target: both sides of a mailbox frame. The input gives the header fields a parent writes
 // (blob_bytes, digest, index_hint, config), a stale or corrupt answer left in the frame (error
-// kind, code, a message fill byte), and then the blob. The parent's reader (read_frame_error)
+// kind, code, a message fill byte), whether the config is the frame's (config_in_frame), and
+// then the blob. The parent's reader (read_frame_error)
 // must reject the stale answer's unknown kinds and never read past the message field; the
 // child's side (serve_frame) must clear it; a checking leaf verifies what serve_frame hands it
 // and, by digest, returns, throws, throws a message longer than the mailbox, throws a non-std
 // exception, or throws a DeviceError whose status must come back as the answer's kind and code.
 //
 // Input: [u32 blob_bytes][u64 digest][u32 index_hint][sizeof(CallConfig) bytes]
-//        [u32 stale error kind][i32 stale error code][u8 stale message fill][blob ...]
+//        [u32 stale error kind][i32 stale error code][u8 stale message fill]
+//        [u32 config_in_frame][blob ...]
 // (short inputs are padded with zeros; a fill byte of 0 leaves the message empty, any other
 // fills the whole field with no NUL).
 #include <simpler/args_blob.hpp>
@@ -47,7 +49,9 @@ struct CheckingLeaf {
     ran = true;
     if (r.digest != box->digest || r.index_hint != box->index_hint)
       defect("the request's digest or index hint differs from the frame's");
-    if (r.config != &box->config) defect("the request's config is not the frame's");
+    const simpler::CallConfig* want =
+        box->config_in_frame != 0 ? &box->config : &simpler::default_call_config();
+    if (r.config != want) defect("the request's config is not the one config_in_frame names");
     const auto& a = r.args;
     if (a.tensor_count < 0 || a.scalar_count < 0) defect("a negative count reached the leaf");
     if (simpler::args_blob_size(a) > box->blob_bytes) defect("the args run past the blob");
@@ -104,6 +108,7 @@ int simpler_fuzz_mailbox_frame(const std::uint8_t* data, std::size_t size) {
   const auto stale_kind = take<std::uint32_t>(data, size);
   const auto stale_code = take<std::int32_t>(data, size);
   const auto stale_fill = take<std::uint8_t>(data, size);
+  box->config_in_frame = take<std::uint32_t>(data, size);
   std::byte* blob = region + kMailboxBlobOffset;
 
   // A stale or corrupt answer in the frame: what the parent makes of it.
@@ -124,7 +129,7 @@ int simpler_fuzz_mailbox_frame(const std::uint8_t* data, std::size_t size) {
   std::memcpy(blob, data, size < kMailboxBlobCapacity ? size : kMailboxBlobCapacity);
 
   // What must happen: a frame whose blob fits and decodes runs the leaf; any other fails.
-  bool well_formed = box->blob_bytes <= kMailboxBlobCapacity;
+  bool well_formed = box->blob_bytes <= kMailboxBlobCapacity && box->config_in_frame <= 1;
   if (well_formed) {
     try {
       static_cast<void>(simpler::decode_args_blob({blob, box->blob_bytes}));

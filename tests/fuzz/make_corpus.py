@@ -49,7 +49,8 @@ def args_blob():
 
 
 # ---- mailbox frame: [u32 blob_bytes][u64 digest][u32 index_hint][CallConfig]
-#      [u32 stale error kind][i32 stale error code][u8 stale message fill][blob] -----------------
+#      [u32 stale error kind][i32 stale error code][u8 stale message fill][u32 config_in_frame]
+#      [blob] --------------------------------------------------------------------------------------
 # The leaf's behaviour is digest % 5: 0 returns, 1 throws, 2 throws a long message, 3 throws a
 # non-std exception, 4 throws a DeviceError whose status is digest >> 32.
 
@@ -59,11 +60,11 @@ def call_config():
     return c
 
 
-def frame(b, digest, blob_bytes=None, hint=0, stale=(0, 0, 0)):
+def frame(b, digest, blob_bytes=None, hint=0, stale=(0, 0, 0), config_in_frame=1):
     n = len(b) if blob_bytes is None else blob_bytes
     kind, code, fill = stale
     return (struct.pack("<IQI", n, digest, hint) + call_config() +
-            struct.pack("<IiB", kind, code, fill) + b)
+            struct.pack("<IiBI", kind, code, fill, config_in_frame) + b)
 
 
 def mailbox_frame():
@@ -80,6 +81,9 @@ def mailbox_frame():
     w("stale_known_kind", frame(good, 0, stale=(6, -120, ord("x"))))
     w("stale_unknown_kind", frame(good, 1, stale=(200, 7, 0)))
     w("stale_huge_kind", frame(good, 0, stale=(0xFFFFFFFF, -1, 0xFF)))
+    w("default_config", frame(good, 0, config_in_frame=0))
+    w("default_config_throws", frame(good, 1, config_in_frame=0))
+    w("bad_config_flag", frame(good, 0, config_in_frame=7))
 
 
 # ---- device: [u8 config][u8 ring][u8 buffers][buffers][u8 scalars][scalars][program] -----------

@@ -13,6 +13,11 @@
 
 namespace simpler {
 
+inline const CallConfig& default_call_config() noexcept {
+  static const CallConfig kDefault{};
+  return kDefault;
+}
+
 inline void CallConfig::validate() const {
   if (block_dim < 0)
     throw UsageError(fmt::format("CallConfig: block_dim is {}; it must be >= 0", block_dim));

@@ -40,10 +40,11 @@ enum class ControlCommand : std::uint64_t {
   Ping = 1,  ///< result = arg + 1: proves the child is alive and serving
 };
 
-/// The frame. A task: digest, index_hint, config and blob_bytes of args blob (after the header)
-/// from the parent; error, error_kind, error_code and message from the child. A control command:
-/// command, arg and blob_bytes of payload (in the same blob area) from the parent; result, or the
-/// same error fields, from the child. The failure fields are a Fault {kind, code, message}.
+/// The frame. A task: digest, index_hint, config_in_frame (and then config) and blob_bytes of
+/// args blob (after the header) from the parent; error, error_kind, error_code and message from
+/// the child. A control command: command, arg and blob_bytes of payload (in the same blob area)
+/// from the parent; result, or the same error fields, from the child. The failure fields are a
+/// Fault {kind, code, message}.
 struct MailboxHeader {
   EventCount to_child{true};   ///< the child sleeps here
   EventCount to_parent{true};  ///< the parent sleeps here
@@ -55,9 +56,13 @@ struct MailboxHeader {
   std::uint32_t index_hint = 0;
   std::int32_t sender_cpu = -1;  ///< task: the CPU the parent sent it from (CpuStepOff)
   std::uint32_t blob_bytes = 0;  ///< task: the args blob; control: the payload
-  std::uint64_t command = 0;     ///< control: the command
-  std::uint64_t arg = 0;         ///< control: its argument
-  std::uint64_t result = 0;      ///< control: the child's answer
+  /// Task: 1 = `config` holds the task's CallConfig; 0 = the task has the default one, and the
+  /// 1 KiB+ of `config` was not copied (most tasks: the copy was a fifth of a send). Any other
+  /// value is a malformed frame.
+  std::uint32_t config_in_frame = 0;
+  std::uint64_t command = 0;  ///< control: the command
+  std::uint64_t arg = 0;      ///< control: its argument
+  std::uint64_t result = 0;   ///< control: the child's answer
   CallConfig config;
   char message[1024] = {};  ///< NUL-terminated failure text (context of every level below)
   // Tracing (detail/trace.hpp). Parent: trace_level of the task, 0 = untraced (then the child

@@ -18,11 +18,6 @@ using detail::Edge;
 using detail::Role;
 using detail::Slot;
 
-inline const CallConfig& default_call_config() noexcept {
-  static const CallConfig kDefault{};
-  return kDefault;
-}
-
 inline const ContinuousTensor& SubmitResult::output(std::size_t i) const {
   if (i >= outputs.size()) {
     throw UsageError(fmt::format(

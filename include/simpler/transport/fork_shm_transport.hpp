@@ -68,10 +68,16 @@ void serve_frame(MailboxHeader& box, const std::byte* blob, L& leaf,
       throw TransportError(fmt::format("mailbox frame claims a {}-byte blob; the capacity is {}",
                                        box.blob_bytes, kMailboxBlobCapacity));
     }
+    if (box.config_in_frame > 1) {
+      throw TransportError(fmt::format(
+          "mailbox frame has config_in_frame = {}; 0 (the default config) or 1 (the frame's) "
+          "are the only values",
+          box.config_in_frame));
+    }
     LeafRequest r;
     r.digest = box.digest;
     r.index_hint = box.index_hint;
-    r.config = &box.config;
+    r.config = box.config_in_frame != 0 ? &box.config : &default_call_config();
     r.args = decode_args_blob(std::span<const std::byte>(blob, box.blob_bytes));
     r.trace = trace;
     leaf.run(r);
@@ -224,7 +230,10 @@ struct ForkShmTransport {
       f.digest = r.digest;
       f.index_hint = r.index_hint;
       f.sender_cpu = detail::CpuStepOff::sender_cpu();
-      f.config = *r.config;
+      // The default config is the child's own: only another one is copied (over 1 KiB).
+      const bool config_in_frame = r.config != &default_call_config();
+      f.config_in_frame = config_in_frame ? 1 : 0;
+      if (config_in_frame) f.config = *r.config;
       f.trace_level = r.trace != nullptr ? r.trace->level : 0;
       f.blob_bytes = static_cast<std::uint32_t>(need);
       encode_args_blob(r.args, std::span<std::byte>(frame_blob(sent_), need));
