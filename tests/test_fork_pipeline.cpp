@@ -17,6 +17,7 @@
 #include <simpler/simpler.hpp>
 
 #include "support/matchers.hpp"
+#include "support/poll.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
 
@@ -283,10 +284,8 @@ struct GatedChild {
   }
   /// Polls (200 us apart, 5 s at most) until `n` tasks were sent after `before`; the count seen.
   std::uint32_t sent_reaches(std::uint32_t before, std::uint32_t n) {
-    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (tasks_sent() - before < n && std::chrono::steady_clock::now() < limit) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+    poll_until([&] { return tasks_sent() - before >= n; }, std::chrono::seconds(5),
+               std::chrono::microseconds(200));
     return tasks_sent() - before;
   }
 };
@@ -346,16 +345,34 @@ TEST_CASE("a backlog of shared tasks fills a forked child's whole window while i
   CHECK_NOTHROW(c.w.close());
 }
 
+namespace {
+
+/// A Worker over one forked sub worker with one callable, "step", that counts in shared memory
+/// (mapped before the fork) the tasks that ran; the task whose scalar is `kill_at` kills its
+/// child before it counts (none does for -1, or for tasks without a scalar).
+struct CountingWorker {
+  SharedArena arena;
+  std::atomic<int>& ran = arena.one<std::atomic<int>>(0);
+  Worker w{process_options_for_pipeline(1)};
+  CallableHandle step;
+  explicit CountingWorker(std::int64_t kill_at = -1) {
+    step = w.register_sub("step", [&r = ran, kill_at](TaskArgsView v) {
+      if (v.scalar_count > 0 && static_cast<std::int64_t>(v.scalar(0)) == kill_at)
+        ::kill(::getpid(), SIGKILL);
+      r.fetch_add(1, std::memory_order_seq_cst);
+    });
+    w.init();
+  }
+};
+
+}  // namespace
+
 TEST_CASE("a Worker whose forked child dies with tasks in flight fails the run without hanging",
           "[fork-shm][pipeline][failure]") {
-  SharedArena arena;
-  auto& ran = arena.one<std::atomic<int>>(0);
-  Worker w(process_options_for_pipeline(1));
-  auto step = w.register_sub("step", [&ran](TaskArgsView v) {
-    if (v.scalar(0) == 5) ::kill(::getpid(), SIGKILL);
-    ran.fetch_add(1, std::memory_order_seq_cst);
-  });
-  w.init();
+  CountingWorker c(5);
+  Worker& w = c.w;
+  const CallableHandle step = c.step;
+  std::atomic<int>& ran = c.ran;
   try {
     w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
       for (int i = 0; i < 200; ++i) o.submit_sub(step, TaskArgs().add_scalar(i));
@@ -375,11 +392,10 @@ TEST_CASE("the run's thread sends to a forked child itself and takes the answer 
   // A one-task run through a forked child: the Orchestrator's own scheduler pass sends the task
   // (the lane's thread is left asleep) and its fence takes the answer. The lane's thread may
   // still send some (it holds the lane for a moment at a liveness tick), so most, not all.
-  SharedArena arena;
-  auto& ran = arena.one<std::atomic<int>>(0);
-  Worker w(process_options_for_pipeline(1));
-  auto count = w.register_sub("count", [&ran](TaskArgsView) { ran.fetch_add(1); });
-  w.init();
+  CountingWorker c;
+  Worker& w = c.w;
+  const CallableHandle count = c.step;
+  std::atomic<int>& ran = c.ran;
   constexpr int kRuns = 200;
   for (int i = 0; i < kRuns; ++i) {
     w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) { o.submit_sub(count); });
@@ -401,11 +417,8 @@ namespace {
 /// Requires that it did.
 void submit_sent_by_run_thread(Worker& w, Orchestrator& o, const CallableHandle& callable,
                                WorkerId worker) {
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!w.scheduler().asleep() && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  REQUIRE(w.scheduler().asleep());
+  REQUIRE(poll_until([&] { return w.scheduler().asleep(); }, std::chrono::seconds(5),
+                     std::chrono::microseconds(100)));
   const std::uint64_t before = w.stats().lanes[worker].sent_by_run_thread;
   o.submit_sub(callable, TaskArgs(), worker);
   REQUIRE(w.stats().lanes[worker].sent_by_run_thread == before + 1);
@@ -427,11 +440,8 @@ TEST_CASE("a task the run's thread sent completes while the orchestration is sti
     w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
       const std::uint64_t before = w.stats().lanes[0].completed;
       submit_sent_by_run_thread(w, o, quick, 0);
-      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      while (!done && std::chrono::steady_clock::now() < limit) {
-        done = w.stats().lanes[0].completed == before + 1;
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
+      done = poll_until([&] { return w.stats().lanes[0].completed == before + 1; },
+                        std::chrono::seconds(5), std::chrono::microseconds(100));
     });
     CHECK(done);
   }
@@ -452,12 +462,12 @@ TEST_CASE("a forked child that dies under a task the run's thread sent fails the
   try {
     w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
       submit_sent_by_run_thread(w, o, die, 0);
-      const auto limit = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-      while (!seen_dead && std::chrono::steady_clock::now() < limit) {
-        const WorkerStats st = w.stats();
-        seen_dead = st.lanes[0].dead && st.lanes[0].failed == 1;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
+      seen_dead = poll_until(
+          [&] {
+            const WorkerStats st = w.stats();
+            return st.lanes[0].dead && st.lanes[0].failed == 1;
+          },
+          std::chrono::milliseconds(500), std::chrono::milliseconds(1));
     });
     FAIL("run() did not throw");
   } catch (const TaskError& e) {
@@ -481,11 +491,10 @@ TEST_CASE("a burst to a forked child goes out from passes off the run's thread, 
   // waits for every answer without reaching its fence: the spinning scheduler thread, or the
   // lane's thread once nobody polls (the child wakes it), must take them in. A poller that never
   // let go, or a lane thread that left answers to a poller that went to sleep, would hang here.
-  SharedArena arena;
-  auto& ran = arena.one<std::atomic<int>>(0);
-  Worker w(process_options_for_pipeline(1));
-  auto count = w.register_sub("count", [&ran](TaskArgsView) { ran.fetch_add(1); });
-  w.init();
+  CountingWorker c;
+  Worker& w = c.w;
+  const CallableHandle count = c.step;
+  std::atomic<int>& ran = c.ran;
   constexpr std::uint64_t kTasks = 3000;
   for (int rep = 0; rep < 3; ++rep) {
     INFO("rep " << rep);
@@ -493,11 +502,8 @@ TEST_CASE("a burst to a forked child goes out from passes off the run's thread, 
     bool done = false;
     w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
       for (std::uint64_t i = 0; i < kTasks; ++i) o.submit_sub(count);
-      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!done && std::chrono::steady_clock::now() < limit) {
-        done = w.stats().lanes[0].completed == before + kTasks;
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-      }
+      done = poll_until([&] { return w.stats().lanes[0].completed == before + kTasks; },
+                        std::chrono::seconds(10), std::chrono::microseconds(200));
     });
     CHECK(done);
   }
@@ -527,13 +533,8 @@ TEST_CASE("an answer nobody polls for is taken at once, not at the lane's next l
       const std::uint64_t before = w.stats().lanes[0].completed;
       const auto t0 = std::chrono::steady_clock::now();
       o.submit_sub(quick);
-      const auto limit = t0 + std::chrono::seconds(5);
-      bool done = false;
-      while (!done && std::chrono::steady_clock::now() < limit) {
-        done = w.stats().lanes[0].completed == before + 1;
-        if (!done) std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
-      all_done = done;
+      all_done = poll_until([&] { return w.stats().lanes[0].completed == before + 1; },
+                            std::chrono::seconds(5), std::chrono::microseconds(50));
       waited_ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
@@ -552,23 +553,16 @@ TEST_CASE("a forked child that dies under a burst sent by the scheduler's passes
           "[fork-shm][pipeline][driven][failure]") {
   // As above, with the child killed part-way: the orchestration stays busy (never reaching its
   // fence), and the death must still end the tasks in flight and mark the lane dead promptly.
-  SharedArena arena;
-  auto& ran = arena.one<std::atomic<int>>(0);
-  Worker w(process_options_for_pipeline(1));
-  auto step = w.register_sub("step", [&ran](TaskArgsView v) {
-    if (v.scalar(0) == 1500) ::kill(::getpid(), SIGKILL);
-    ran.fetch_add(1, std::memory_order_seq_cst);
-  });
-  w.init();
+  CountingWorker c(1500);
+  Worker& w = c.w;
+  const CallableHandle step = c.step;
+  std::atomic<int>& ran = c.ran;
   bool seen_dead = false;
   try {
     w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
       for (int i = 0; i < 3000; ++i) o.submit_sub(step, TaskArgs().add_scalar(i));
-      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-      while (!seen_dead && std::chrono::steady_clock::now() < limit) {
-        seen_dead = w.stats().lanes[0].dead;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
+      seen_dead = poll_until([&] { return w.stats().lanes[0].dead; }, std::chrono::seconds(2),
+                             std::chrono::milliseconds(1));
     });
     FAIL("run() did not throw");
   } catch (const TaskError& e) {
@@ -606,10 +600,8 @@ TEST_CASE("a forked child about to sleep with an answer nobody took wakes the pa
   });
   // Open the gate only once the sleeper sleeps: an answer before that would be seen without a
   // wake.
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!ep.answer_event().has_waiters() && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+  poll_until([&] { return ep.answer_event().has_waiters(); }, std::chrono::seconds(5),
+             std::chrono::microseconds(100));
   const auto opened = std::chrono::steady_clock::now();
   f.log.open.store(true, std::memory_order_seq_cst);
   sleeper.join();
@@ -635,23 +627,15 @@ TEST_CASE("a driven endpoint tells answered, unanswered and dead apart without w
   CHECK_FALSE(ep.answers_waiting());
   CHECK(ep.poll_child());
   f.log.open.store(true, std::memory_order_seq_cst);
-  auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!ep.answers_waiting() && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::yield();
-  }
-  CHECK(ep.answers_waiting());
+  CHECK(poll_until([&] { return ep.answers_waiting(); }, std::chrono::seconds(5),
+                   std::chrono::microseconds(20)));
   CHECK(ep.answer_ready());
   CHECK(ep.receive(why) == Outcome::Success);
   CHECK_FALSE(ep.answers_waiting());
   // A child that dies under a task: poll_child() notices, and the task is settled at once.
   REQUIRE(ep.send(f.request(args[1], kDie), refused, why));
-  limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  bool alive = true;
-  while (alive && std::chrono::steady_clock::now() < limit) {
-    alive = ep.poll_child();
-    if (alive) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  CHECK_FALSE(alive);
+  CHECK(poll_until([&] { return !ep.poll_child(); }, std::chrono::seconds(5),
+                   std::chrono::milliseconds(1)));
   CHECK_FALSE(ep.alive());
   CHECK(ep.answer_ready());
   Fault fault;

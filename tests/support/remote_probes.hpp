@@ -32,6 +32,7 @@
 
 #include <simpler/simpler.hpp>
 
+#include "support/poll.hpp"
 #include "support/remote_server.hpp"
 
 namespace simpler::testing {
@@ -43,19 +44,6 @@ using SteadyClock = std::chrono::steady_clock;
 inline int millis_until(SteadyClock::time_point end) {
   const auto left = std::chrono::duration_cast<Millis>(end - SteadyClock::now()).count();
   return left <= 0 ? 0 : static_cast<int>(left);
-}
-
-/// Polls `pred` every few milliseconds until it holds or `limit` passes; returns pred(). For
-/// waiting on other processes (their exit, a file they write), where there is nothing to wake
-/// on; never for ordering work inside a test.
-template <class Pred>
-bool poll_until(Pred pred, Millis limit) {
-  const auto end = SteadyClock::now() + limit;
-  while (!pred()) {
-    if (SteadyClock::now() > end) return pred();
-    std::this_thread::sleep_for(Millis(5));
-  }
-  return true;
 }
 
 /// A pipe a process forked after it (a server, its sessions, their forked subs) writes a byte
