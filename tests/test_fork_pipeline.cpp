@@ -516,6 +516,34 @@ TEST_CASE("a burst to a forked child goes out from passes off the run's thread, 
   CHECK_NOTHROW(w.close());
 }
 
+TEST_CASE("a forked lane's thread waits for the answers to the tasks with a deadline it sent",
+          "[fork-shm][pipeline][driven][deadline]") {
+  // Only the lane's thread sends a task with a deadline (it kills the child at that deadline),
+  // so it must stay with each until its answer comes, even while the run's fence polls and
+  // would take the answer in: a lane thread that left it to the fence could not enforce the
+  // deadline. Untimed tasks it leaves to whoever else collects (the fence, the scheduler
+  // thread), which the t row of bench_fork measures.
+  CountingWorker c;
+  Worker& w = c.w;
+  CallConfig timed;
+  timed.timeout = std::chrono::seconds(30);
+  constexpr int kRuns = 40;
+  const LaneStats before = w.stats().lanes.at(0);
+  for (int i = 0; i < kRuns; ++i) {
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      o.submit_sub(c.step, TaskArgs(), timed);
+    });
+  }
+  const LaneStats after = w.stats().lanes.at(0);
+  CHECK(c.ran.load() == kRuns);
+  CHECK(after.completed - before.completed == static_cast<std::uint64_t>(kRuns));
+  CHECK(after.sent_by_run_thread == before.sent_by_run_thread);  // the lane's thread sent them
+  CHECK(after.sent_by_passes == before.sent_by_passes);
+  CHECK(after.taken_by_lane_thread - before.taken_by_lane_thread ==
+        static_cast<std::uint64_t>(kRuns));
+  CHECK_NOTHROW(w.close());
+}
+
 TEST_CASE("an answer nobody polls for is taken at once, not at the lane's next liveness tick",
           "[fork-shm][pipeline][driven]") {
   // The orchestration sends one task at a time and waits for each inside the run (no fence

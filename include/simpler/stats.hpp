@@ -40,6 +40,9 @@ struct LaneStats {
   /// Tasks a scheduler pass on another thread (the scheduler thread, or an idle lane) sent to
   /// this lane's forked child itself, with the lane's thread left asleep. Diagnostics.
   std::uint64_t sent_by_passes = 0;
+  /// Answers of this lane's forked child (a driven lane) that the lane's own thread took in; the
+  /// rest the run's thread or other threads' passes took, with it asleep. Diagnostics.
+  std::uint64_t taken_by_lane_thread = 0;
   /// Tasks of this lane (a thread child) that the thread running the orchestration ran itself
   /// while it waited at the end of the run (WorkerOptions::caller_runs_tasks). Diagnostics.
   std::uint64_t ran_by_run_thread = 0;

@@ -515,6 +515,7 @@ class BasicWorker {
         ls.passes = l->stat_passes.get();
         ls.sent_by_run_thread = l->stat_driven.get();
         ls.sent_by_passes = l->stat_driven_pass.get();
+        ls.taken_by_lane_thread = l->stat_lane_took.get();
         ls.ran_by_run_thread = l->stat_helped.get();
         ls.child_cpu_steps = l->stat_cpu_steps.get();
         const std::uint64_t ended = ls.completed + ls.failed + ls.skipped;

@@ -356,7 +356,9 @@ class WorkerThread : public detail::LaneCore {
   //   completes the tasks in its own scheduler passes.
   // - Whoever holds `driver` owns the pipeline state below (pl_*), the endpoint and the result
   //   ring; the lane's thread takes it only for work it must do: posts nobody sent, answers
-  //   nobody took, or a liveness check. It waits for answers only to what it sent itself.
+  //   nobody took, or a liveness check. It waits for answers only to what it sent itself, and
+  //   of those only while nobody else will come for them (others_collect): a task with a
+  //   deadline it waits for always, since the waiter kills the child at that deadline.
   // - Progress does not depend on the run's thread coming back (it may be in the user's code
   //   for a long time): a child about to sleep with answers nobody took wakes this thread
   //   (ForkShmTransport), and while tasks are in flight this thread sleeps at most a liveness
@@ -443,10 +445,26 @@ class WorkerThread : public detail::LaneCore {
         tick = false;
         if (endpoint_.poll_child()) return true;  // alive: the answers come
       }
+      // Sent here, not answered yet: wait for it only if nobody else comes for the answers. A
+      // lane thread that waited while the scheduler thread was up kept `driver` from one post
+      // to the next, so the scheduler's passes could not send and left their posts to it: it
+      // took over a whole burst, and spun beside the scheduler thread and the child.
+      if (waits && pl_timed_ == 0 && pl_in_flight_[pl_taken_ % kDepth] &&
+          !endpoint_.answer_ready() && others_collect()) {
+        return true;
+      }
       if (!pl_settle_oldest(waits)) continue;
       detail::Slot* next = pl_publish();
       if (next != nullptr && !run_successors(next)) return false;
     }
+  }
+
+  /// Whether another thread will take this lane's answers in without this one waiting for them:
+  /// the run's fence polls (DriveStep::Collect), or the scheduler thread is up (its passes take
+  /// what is in as they post, and its spin before it sleeps takes the rest). Answers that come
+  /// once both are asleep wake this thread through the child, and it ticks while any are out.
+  [[nodiscard]] bool others_collect() const noexcept {
+    return core_.orch_polling.load(std::memory_order_seq_cst) || !core_.sched_wake.has_waiters();
   }
 
   /// LaneCore::drive for this lane (the scheduler and the Orchestrator call it).
@@ -543,6 +561,7 @@ class WorkerThread : public detail::LaneCore {
         Outcome refused = Outcome::EndpointFailure;
         if (endpoint_.send(r, refused, out.fault)) {
           pl_in_flight_[i] = true;
+          if (r.deadline != std::chrono::steady_clock::time_point::max()) ++pl_timed_;
           if (pl_foreign_) (pl_by_run_ ? stat_driven : stat_driven_pass).add();
         } else {
           out.outcome = refused;
@@ -575,6 +594,10 @@ class WorkerThread : public detail::LaneCore {
     Result& out = results[i];
     const LeafRequest& r = pl_requests_[i];
     out.outcome = endpoint_.receive(out.fault);
+    if (r.deadline != std::chrono::steady_clock::time_point::max()) --pl_timed_;
+    if constexpr (kDriven) {
+      if (!pl_foreign_) stat_lane_took.add();
+    }
     if constexpr (requires { endpoint_.cpu_steps(); }) {
       stat_cpu_steps.set(endpoint_.cpu_steps());  // the line `answered` was just read from
     }
@@ -899,6 +922,7 @@ class WorkerThread : public detail::LaneCore {
   bool pl_foreign_ = false;  // a thread other than the lane's holds driver_
   bool pl_by_run_ = false;   // ... and it is the run's thread (for the stats)
   std::array<bool, kDepth> pl_in_flight_{};
+  std::uint32_t pl_timed_ = 0;  // entries in flight with a deadline (their sender waits for them)
   std::array<LeafRequest, kDepth> pl_requests_{};
   std::array<std::int64_t, kDepth> pl_trace_t0_{};  // a traced task: when it was handed over
   std::array<detail::TraceReply, kDepth> pl_trace_replies_{};  // and what its endpoint said

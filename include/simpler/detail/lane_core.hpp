@@ -178,6 +178,8 @@ struct LaneCore {
   StatCounter stat_driven;
   /// Driven lanes: tasks another thread's pass (the scheduler thread, an idle lane) sent.
   StatCounter stat_driven_pass;
+  /// Driven lanes: answers the lane's own thread took in (written under `driver`).
+  StatCounter stat_lane_took;
   /// Helped lanes: tasks the run's thread ran itself in its fence (written under `helper`).
   StatCounter stat_helped;
   /// Forked lanes: times the child stepped off its sender's CPU (copied at each answer taken).
