@@ -20,6 +20,7 @@
 #include "support/gate.hpp"
 #include "support/recording_leaf.hpp"
 #include "support/shared_arena.hpp"
+#include "support/thread_states.hpp"
 
 // The file's own namespace: the unity build compiles several test files as one unit, and
 // their file-local names and using-directives must not meet (tests/CMakeLists.txt).
@@ -241,6 +242,41 @@ TEMPLATE_TEST_CASE("each next-level task's orchestration sees the CallConfig it 
       CHECK(seen_default[k] == 1);
     }
   }
+}
+
+TEMPLATE_TEST_CASE("the engine's threads carry their level and role in their names",
+                   "[nested][diagnostics]", InThreads, InProcesses) {
+  // top -H, perf and gdb show these. Counted as deltas: a lost lane's detached thread from
+  // another test may still carry one of the names.
+  const std::vector<std::string> l4 = {"L4 sched", "L4 next 0"};
+  const std::vector<std::string> l3 = {"L3 sched", "L3 sub 0", "L3 sub 1"};
+  const auto count = [](const std::vector<std::string>& names) {
+    std::vector<std::size_t> n;
+    for (const auto& name : names) n.push_back(threads_named(name).size());
+    return n;
+  };
+  const auto l4_before = count(l4);
+  const auto l3_before = count(l3);
+  Worker w4(options_for<TestType>(0, 4));
+  Worker l3w(options_for<TestType>(2, 3));
+  l3w.register_sub("noop", [](TaskArgsView) {});
+  w4.add_worker(std::move(l3w));
+  w4.init();
+  const auto l4_up = count(l4);
+  const auto l3_up = count(l3);
+  for (std::size_t i = 0; i < l4.size(); ++i) {
+    INFO(l4[i]);
+    CHECK(l4_up[i] == l4_before[i] + 1);
+  }
+  // A forked L3 runs its engine in its own process: none of its threads are in this one.
+  const std::size_t l3_here = std::is_same_v<TestType, InThreads> ? 1 : 0;
+  for (std::size_t i = 0; i < l3.size(); ++i) {
+    INFO(l3[i]);
+    CHECK(l3_up[i] == l3_before[i] + l3_here);
+  }
+  w4.close();
+  CHECK(count(l4) == l4_before);
+  CHECK(count(l3) == l3_before);
 }
 
 TEST_CASE("add_worker validates its child and its timing", "[nested][bad-input]") {

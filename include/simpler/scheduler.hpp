@@ -16,6 +16,7 @@
 
 #include "simpler/detail/engine_core.hpp"
 #include "simpler/detail/scheduler_core.hpp"
+#include "simpler/detail/thread_name.hpp"
 
 namespace simpler {
 
@@ -57,6 +58,7 @@ class Scheduler {
         const detail::AwakeThreads::Member awake(1);
         loop_.run_loop();
       });
+      detail::name_thread(thread_, core_.level, "sched");
       core_.driver.store(&loop_, std::memory_order_release);
     } catch (...) {
       stop();

@@ -17,6 +17,7 @@
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/engine_core.hpp"
 #include "simpler/detail/scheduler_core.hpp"
+#include "simpler/detail/thread_name.hpp"
 #include "simpler/fwd.hpp"
 #include "simpler/leaf/leaf.hpp"
 #include "simpler/log.hpp"
@@ -92,6 +93,8 @@ class WorkerThread : public detail::LaneCore {
         loop();
       }
     });
+    detail::name_thread(thread_, core_.level, role == detail::Role::Sub ? "sub" : "next",
+                        static_cast<int>(id));
   }
   /// Stops the thread (after its current task) and the child. A lost lane's thread may never
   /// return: it is detached instead, and the caller must keep this lane alive (keep_forever).
