@@ -1245,9 +1245,12 @@ bool refuse_membarrier() {
 // When the kernel refuses the heavy fence, an asymmetric sleeper cannot rely on its check after
 // registering, so it never sleeps longer than a short nap: a publish it did not see (here one with
 // no notify at all) is taken within milliseconds, never at the deadline. The sleeper is a forked
-// child whose membarrier calls fail; the publisher is this process, through a shared page.
+// child whose membarrier calls fail; the publisher is this process, through a shared page. Both
+// kinds: in-process (heavy_fence) and shared (global_heavy_fence, a ForkShmTransport child's).
 TEST_CASE("an asymmetric EventCount whose heavy fence fails still takes a publish within a nap",
           "[containers][fence]") {
+  const bool shared = GENERATE(false, true);
+  CAPTURE(shared);
   void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   REQUIRE(page != MAP_FAILED);
   auto* flag = new (page) std::atomic<std::uint32_t>(0);
@@ -1257,9 +1260,11 @@ TEST_CASE("an asymmetric EventCount whose heavy fence fails still takes a publis
   if (pid == 0) {
     // Exit codes: 0 taken within 2 s; 2 no seccomp; 3 the fence still worked; 4 taken late or
     // not at all.
-    simpler::detail::EventCount ev(false, true);
+    simpler::detail::EventCount ev(shared, true);
     if (!refuse_membarrier()) ::_exit(2);
-    if (simpler::detail::heavy_fence()) ::_exit(3);
+    if (shared ? simpler::detail::global_heavy_fence() : simpler::detail::heavy_fence()) {
+      ::_exit(3);
+    }
     waiting->store(1, std::memory_order_release);
     const auto t0 = std::chrono::steady_clock::now();
     const bool got = ev.await_for([&] { return flag->load(std::memory_order_acquire) == 1; },
@@ -1279,22 +1284,27 @@ TEST_CASE("an asymmetric EventCount whose heavy fence fails still takes a publis
   CHECK(exit.exited_with(0));
 }
 
-// The store-buffering litmus test: each thread stores its flag, then loads the other's. One side
+// The store-buffering litmus test: each side stores its flag, then loads the other's. One side
 // has only a compiler fence; the other's heavy fence must make the two never both read the old
 // value. (With a compiler fence on both sides, x86 shows that outcome within a few thousand
-// rounds: the store waits in the store buffer while the load completes.)
-TEST_CASE("a heavy fence orders a light side's store before its load", "[containers][fence]") {
-  REQUIRE(simpler::detail::heavy_fence_available());
-  constexpr std::uint32_t kRounds = 20'000;
+// rounds: the store waits in the store buffer while the load completes.) In-process the light
+// side is a thread and the fence heavy_fence(); across processes (ForkShmTransport's sends) it is
+// a forked child that registered itself as a light publisher, and the fence global_heavy_fence().
+namespace {
+struct Litmus {
+  static constexpr std::uint32_t kRounds = 20'000;
   std::atomic<std::uint32_t> x{0};
   std::atomic<std::uint32_t> y{0};
   std::atomic<std::uint32_t> go{0};    // the round both may start
   std::atomic<std::uint32_t> done{0};  // rounds the light side finished
-  std::vector<std::uint32_t> light_saw(kRounds);
-  std::vector<std::uint32_t> heavy_saw(kRounds);
+  std::atomic<bool> stuck{false};
+  std::uint32_t light_saw[kRounds] = {};
+  std::uint32_t heavy_saw[kRounds] = {};
+
   // eventually() (support/gate.hpp) with a yield only every 256 polls: a yield per poll keeps
   // the two sides from ever running their rounds at the same time, and the test from testing.
-  const auto until = [](const auto& pred) {
+  template <class Pred>
+  bool until(const Pred& pred) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (std::uint32_t n = 0; !pred(); ++n) {
       if ((n & 255U) == 255U) {
@@ -1303,9 +1313,8 @@ TEST_CASE("a heavy fence orders a light side's store before its load", "[contain
       }
     }
     return true;
-  };
-  std::atomic<bool> stuck{false};
-  std::thread light([&] {
+  }
+  void light_side() {
     for (std::uint32_t r = 1; r <= kRounds; ++r) {
       if (!until([&] { return go.load(std::memory_order_acquire) >= r || stuck.load(); })) {
         stuck.store(true);
@@ -1316,26 +1325,70 @@ TEST_CASE("a heavy fence orders a light side's store before its load", "[contain
       light_saw[r - 1] = y.load(std::memory_order_relaxed);
       done.store(r, std::memory_order_release);
     }
-  });
-  std::uint32_t failed_fences = 0;
-  for (std::uint32_t r = 1; r <= kRounds && !stuck.load(); ++r) {
-    go.store(r, std::memory_order_release);
-    // The light side sees `go` about a cross-core hop later: a delay that varies over that range
-    // makes the two sides' stores and loads overlap in some rounds.
-    for (std::uint32_t spin = (r * 37U) % 512U; spin != 0; --spin) asm volatile("");
-    y.store(r, std::memory_order_seq_cst);
-    if (!simpler::detail::heavy_fence()) ++failed_fences;
-    heavy_saw[r - 1] = x.load(std::memory_order_relaxed);
-    if (!until([&] { return done.load(std::memory_order_acquire) >= r || stuck.load(); })) {
-      stuck.store(true);
-    }
   }
-  light.join();
-  REQUIRE_FALSE(stuck.load());
+  /// The heavy side's rounds; returns how many fences the kernel refused.
+  template <class Fence>
+  std::uint32_t heavy_side(const Fence& fence) {
+    std::uint32_t failed = 0;
+    for (std::uint32_t r = 1; r <= kRounds && !stuck.load(); ++r) {
+      go.store(r, std::memory_order_release);
+      // The light side sees `go` about a cross-core hop later: a delay that varies over that
+      // range makes the two sides' stores and loads overlap in some rounds.
+      for (std::uint32_t spin = (r * 37U) % 512U; spin != 0; --spin) asm volatile("");
+      y.store(r, std::memory_order_seq_cst);
+      if (!fence()) ++failed;
+      heavy_saw[r - 1] = x.load(std::memory_order_relaxed);
+      if (!until([&] { return done.load(std::memory_order_acquire) >= r || stuck.load(); })) {
+        stuck.store(true);
+      }
+    }
+    return failed;
+  }
+  /// Rounds where neither side saw the other's store of that round.
+  [[nodiscard]] std::uint32_t both_old() const {
+    std::uint32_t n = 0;
+    for (std::uint32_t r = 1; r <= kRounds; ++r) n += light_saw[r - 1] < r && heavy_saw[r - 1] < r;
+    return n;
+  }
+};
+}  // namespace
+
+TEST_CASE("a heavy fence orders a light side's store before its load", "[containers][fence]") {
+  const bool across = GENERATE(false, true);
+  CAPTURE(across);
+  // Shared memory in both cases, so that the forked light side writes where this process reads.
+  void* mem =
+      ::mmap(nullptr, sizeof(Litmus), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mem != MAP_FAILED);
+  auto* t = new (mem) Litmus();
+  std::uint32_t failed_fences = 0;
+  if (!across) {
+    REQUIRE(simpler::detail::heavy_fence_available());
+    std::thread light([t] { t->light_side(); });
+    failed_fences = t->heavy_side([] { return simpler::detail::heavy_fence(); });
+    light.join();
+  } else {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      // Exit codes: 0 done; 2 the kernel would not register this process.
+      if (!simpler::detail::register_global_light_publisher()) ::_exit(2);
+      t->light_side();
+      ::_exit(0);
+    }
+    failed_fences = t->heavy_side([] { return simpler::detail::global_heavy_fence(); });
+    t->stuck.store(true);  // a child still waiting for a round ends (and one that failed did)
+    const simpler::testing::ChildExit exit =
+        simpler::testing::wait_child(pid, std::chrono::seconds(20));
+    INFO("the light side's child " << exit.describe());
+    CHECK(exit.exited_with(0));
+  }
+  const bool stuck = t->stuck.load() && t->done.load() != Litmus::kRounds;
+  const std::uint32_t both_old = t->both_old();
+  t->~Litmus();
+  ::munmap(mem, sizeof(Litmus));
+  REQUIRE_FALSE(stuck);
   CHECK(failed_fences == 0);
-  std::uint32_t both_old = 0;  // rounds where neither side saw the other's store of that round
-  for (std::uint32_t r = 1; r <= kRounds; ++r)
-    both_old += light_saw[r - 1] < r && heavy_saw[r - 1] < r;
   CHECK(both_old == 0);
 }
 

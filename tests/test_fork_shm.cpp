@@ -64,6 +64,9 @@ TEST_CASE("a forked sub worker runs tasks and reports their failures", "[fork-sh
   ep.launch();
   REQUIRE(ep.alive());
   REQUIRE(ep.pid() != ::getpid());
+  // This kernel lets the child's sleep fence for the sender, so every task here goes out with a
+  // light send (a forked child's fence test is in test_containers.cpp).
+  CHECK(ep.light_sends());
   TaskArgs a;
   a.add_scalar(1);
   LeafRequest r{f.echo.digest, f.echo.index, a.view(), &default_call_config()};

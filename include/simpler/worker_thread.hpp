@@ -564,7 +564,7 @@ class WorkerThread : public detail::LaneCore {
         Outcome refused = Outcome::EndpointFailure;
         if (endpoint_.send(r, refused, out.fault)) {
           pl_in_flight_[i] = true;
-          if (r.deadline != std::chrono::steady_clock::time_point::max()) ++pl_timed_;
+          if (r.timed()) ++pl_timed_;
           if (pl_foreign_) (pl_by_run_ ? stat_driven : stat_driven_pass).add();
         } else {
           out.outcome = refused;
@@ -597,7 +597,7 @@ class WorkerThread : public detail::LaneCore {
     Result& out = results[i];
     const LeafRequest& r = pl_requests_[i];
     out.outcome = endpoint_.receive(out.fault);
-    if (r.deadline != std::chrono::steady_clock::time_point::max()) --pl_timed_;
+    if (r.timed()) --pl_timed_;
     if constexpr (kDriven) {
       if (!pl_foreign_) stat_lane_took.add();
     }
@@ -770,7 +770,7 @@ class WorkerThread : public detail::LaneCore {
     std::uint64_t word = 0;
     if constexpr (!EnforcesDeadlines<T>) {
       // Only ring entries carry a deadline here (runnable_here keeps the others off this lane).
-      if (r.deadline != std::chrono::steady_clock::time_point::max()) word = arm_watch(r);
+      if (r.timed()) word = arm_watch(r);
     }
     out.outcome = endpoint_.execute(r, out.fault);
     if constexpr (!EnforcesDeadlines<T>) {

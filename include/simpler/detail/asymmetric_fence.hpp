@@ -61,4 +61,26 @@ inline void light_fence() noexcept {
   return false;
 }
 
+// Across processes (a forked child asleep on a frame ring in shared memory, its parent sending):
+// MEMBARRIER_CMD_GLOBAL_EXPEDITED is the same barrier on every running thread of every process
+// that registered with MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED. The publishing process
+// registers; the sleeping one only issues the command.
+
+/// Registers this process as a light publisher to sleepers in other processes, so that their
+/// global_heavy_fence() reaches its threads. False when the kernel lacks the command or refused
+/// (then publish with seq_cst). Registration belongs to an address space: a forked child starts
+/// unregistered, so call this in the process that will publish, where its channel is set up (a
+/// syscall or two; never per message).
+[[nodiscard]] inline bool register_global_light_publisher() noexcept {
+  const long commands = membarrier_call(MEMBARRIER_CMD_QUERY);
+  if (commands < 0 || (commands & MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0) return false;
+  return membarrier_call(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+}
+
+/// The sleeper's half across processes: a full barrier on every running thread of every
+/// registered process (and on the calling thread). False when the kernel refused.
+[[nodiscard]] inline bool global_heavy_fence() noexcept {
+  return membarrier_call(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0;
+}
+
 }  // namespace simpler::detail

@@ -112,11 +112,12 @@ class EventCount {
   enum class Yield { Adaptive, Early };
 
   /// `asymmetric`: notifiers publish with a release store and a light_fence() (no store-load
-  /// fence of their own) before notify_all(); the waiter then issues heavy_fence() between its
-  /// registration and its last check (asymmetric_fence.hpp). Only in-process: membarrier reaches
-  /// this process's threads only.
+  /// fence of their own) before notify_all(); the waiter then issues a heavy fence between its
+  /// registration and its last check (asymmetric_fence.hpp): heavy_fence() in-process, and
+  /// global_heavy_fence() when `shared`, which reaches the notifiers only if their process is
+  /// registered (register_global_light_publisher() returned true there).
   explicit EventCount(bool shared = false, bool asymmetric = false) noexcept
-      : shared_(shared), asymmetric_(asymmetric && !shared) {}
+      : shared_(shared), asymmetric_(asymmetric) {}
 
   /// Whether notifiers may publish with light_fence() (see the constructor).
   [[nodiscard]] bool asymmetric() const noexcept { return asymmetric_; }
@@ -251,7 +252,9 @@ class EventCount {
     bool napped = false;  // the first, unfenced nap is over
     for (;;) {
       waiters_.fetch_add(1, std::memory_order_seq_cst);
-      if (!fenced && napped) fenced = heavy_fence();  // retried before each nap while it fails
+      if (!fenced && napped) {  // retried before each nap while it fails
+        fenced = shared_ ? global_heavy_fence() : heavy_fence();
+      }
       const std::uint32_t key = epoch_.load(std::memory_order_seq_cst);
       if (ready()) {
         waiters_.fetch_sub(1, std::memory_order_relaxed);

@@ -46,6 +46,11 @@ enum class ControlCommand : std::uint64_t {
 /// from the parent; result, or the same error fields, from the child. The failure fields are a
 /// Fault {kind, code, message}.
 struct MailboxHeader {
+  MailboxHeader() noexcept = default;
+  /// `light_sends`: the parent publishes `sent` with a release store and a light fence, and
+  /// registered for the child's global heavy fence (ForkShmTransport's send; asymmetric_fence.hpp).
+  explicit MailboxHeader(bool light_sends) noexcept : to_child(true, light_sends) {}
+
   EventCount to_child{true};   ///< the child sleeps here
   EventCount to_parent{true};  ///< the parent sleeps here
   std::atomic<MailboxState> state{MailboxState::Starting};
@@ -173,7 +178,10 @@ inline bool read_frame_error(const MailboxHeader& box, Fault& out) noexcept {
 }
 
 /// Whether a task send must notify the child (ForkShmTransport's send). Called after the frame
-/// is published (`sent` stored, seq_cst) with the `answered` count loaded after that store.
+/// is published (`sent` stored) with the `answered` count loaded after that store. A light
+/// send's store may become visible only after that load; the child, which reads `sent` after
+/// storing its answer, then finds the frame in the spin it starts after its last answer, or
+/// in the sleep's fenced check (EventCount, asymmetric).
 ///
 /// A notify may be skipped only while the child is known to be behind: an earlier send that
 /// notified found it with fewer answers than frames sent, and it has answered nothing since.

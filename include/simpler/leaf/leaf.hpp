@@ -33,6 +33,11 @@ struct LeafRequest {
   /// Set when the task is traced (detail/trace.hpp): a transport whose child times the task
   /// reports the times there, a leaf with a trace of its own (a nested Worker) appends it.
   detail::TraceReply* trace = nullptr;
+
+  /// The task has a deadline (someone must end or watch it).
+  [[nodiscard]] bool timed() const noexcept {
+    return deadline != std::chrono::steady_clock::time_point::max();
+  }
 };
 
 /// Runs one task; reports failure by throwing (the lane turns it into a TaskFailure outcome).
