@@ -468,10 +468,7 @@ inline void SchedulerCore::post(LaneCore& lane, TaskSlot id, std::uint32_t membe
   // A driven lane's posts are sent by this very thread at the end of the pass (publish_posts),
   // and building each request reads the slot's lines, last written on the Orchestrator's core.
   // Asked for now, the misses of all the pass's posts overlap instead of stalling one by one.
-  if (lane.drive != nullptr) {
-    const auto* line = reinterpret_cast<const char*>(&s);
-    for (std::size_t off = 0; off < sizeof(Slot); off += kCacheLine) __builtin_prefetch(line + off);
-  }
+  if (lane.drive != nullptr) s.prefetch_lines();
 }
 
 // One publication and one wake check per lane per dispatch pass, not per task. A driven lane's

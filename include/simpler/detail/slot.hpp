@@ -149,9 +149,11 @@ struct alignas(kCacheLine) Slot {
     const MemberArgs& b = members[m + 1];
     return {a.tensor_begin, b.tensor_begin, a.scalar_begin, b.scalar_begin};
   }
-  /// Asks the CPU to bring this slot's lines towards this core for writing, ahead of reuse (the
-  /// thread that finished its last task has them).
-  void prefetch_for_reuse() const noexcept {
+  /// Asks the CPU to bring this slot's lines towards this core for writing: ahead of reuse (the
+  /// thread that finished its last task has them), or of sending a task to a forked child (the
+  /// Orchestrator's core wrote them; SchedulerCore::post), so that the misses of several slots
+  /// overlap instead of stalling one after another.
+  void prefetch_lines() const noexcept {
     const char* p = reinterpret_cast<const char*>(this);
     for (std::size_t off = 0; off < sizeof(Slot); off += kCacheLine)
       __builtin_prefetch(p + off, 1, 3);
@@ -183,7 +185,7 @@ class SlotPool {
     const TaskSlot id = free_.back();
     free_.pop_back();
     ++live_;
-    if (!free_.empty()) at(free_.back()).prefetch_for_reuse();
+    if (!free_.empty()) at(free_.back()).prefetch_lines();
     return at(id);
   }
   void free(Slot& s) noexcept {
