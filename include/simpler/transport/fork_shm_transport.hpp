@@ -129,8 +129,8 @@ struct ForkShmTransport {
       // Sends publish without a store-load fence when the kernel lets the child's sleep pay
       // for it (send). Registered here, in the process that sends: a nested Worker's child
       // registers for its own children.
-      light_sends_ = detail::register_global_light_publisher();
-      box_ = new (region_.data()) detail::MailboxHeader(light_sends_);
+      box_ = new (region_.data()) detail::MailboxHeader(detail::register_global_light_publisher());
+      light_sends_ = box_->to_child.asymmetric();
       for (std::uint32_t i = 0; i < kWindow; ++i) {
         new (region_.data() + detail::kMailboxBytes * (1 + i)) detail::MailboxHeader();
       }
@@ -782,7 +782,7 @@ struct ForkShmTransport {
     std::uint32_t sent_ = 0;              ///< tasks sent
     std::uint32_t received_ = 0;          ///< outcomes returned by receive()
     detail::ChildWake child_wake_;        ///< whether a send must notify the child
-    bool light_sends_ = false;            ///< send publishes light (launch registered)
+    bool light_sends_ = false;            ///< box_->to_child.asymmetric(), copied (send)
     std::uint32_t first_unanswered_ = 0;  ///< when the child ended: the first task it left
     std::uint32_t killed_seq_ = 0;        ///< the task whose deadline killed the child ...
     bool killed_at_deadline_ = false;     ///< ... if one did
