@@ -14,6 +14,10 @@
 // - engine: a Worker with 2 thread sub workers (Hazards::All: write-after-read is ordered too),
 //   initialised once; one repetition is one Worker::run (submission + execution + drain).
 //   Graphs bigger than scope_threshold tasks are submitted in Orchestrator scopes.
+//   Scenarios a and a_oversub4 end with an untimed census: the share of their tasks that ran on
+//   the thread creating them (engine: the run's thread at its fence; libgomp: undeferred tasks
+//   and the creator's taskwait), since a runtime that runs most empty tasks as calls there pays
+//   no hand-off for them.
 //   Scenario b adds engine_submit_only and engine_run_only: the chain with its first task held
 //   until the whole chain is submitted, each timing one half (GatedChain), and the ratio of the
 //   chain to their sum (how much the two sides slow each other down in lock-step).
@@ -700,6 +704,31 @@ void peer_ratios(const sb::Report& rep, const std::string& sc,
                   std::min(engine->stats.reps, best->stats.reps));
 }
 
+/// Scenario a's census (untimed, after the timed runs): the share of the tasks that ran on the
+/// thread creating them, for the engine (tasks the run's thread ran itself at its fence,
+/// LaneStats::ran_by_run_thread) and libgomp (see sb::omp::independent_creator_share). A peer
+/// that runs most empty tasks as plain calls on the creating thread pays no hand-off for them.
+void creator_shares(sb::Report& rep, const std::string& sc, Engine& e, const Sizes& sz,
+                    std::uint32_t n, [[maybe_unused]] int threads) {
+  const auto ran_by_run_thread = [&e] {
+    std::uint64_t k = 0;
+    for (const simpler::LaneStats& l : e.w.stats().lanes) k += l.ran_by_run_thread;
+    return k;
+  };
+  const std::uint64_t before = ran_by_run_thread();
+  e.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    submit_range(o, sz, n, [&](std::uint32_t) { o.submit_sub(e.empty); });
+  });
+  rep.note(fmt::format(
+      "{}: share of the tasks run on the thread that created them (untimed census run)", sc));
+  rep.ratio_value(sc, "engine_tasks_on_run_thread",
+                  static_cast<double>(ran_by_run_thread() - before) / n, 1);
+#ifdef SIMPLER_HAVE_OPENMP
+  rep.ratio_value(sc, "libgomp_tasks_on_creating_thread",
+                  sb::omp::independent_creator_share(n, threads), 1);
+#endif
+}
+
 int run(int argc, char** argv) {
   sb::Options opt = sb::parse_options(
       argc, argv,
@@ -757,6 +786,7 @@ int run(int argc, char** argv) {
     peers.add(cs, {Work::Independent, n, 2, nullptr, "a"});
     sb::run_scenario(rep, sc, "ns/task", cs);
     peer_ratios(rep, sc, cs);
+    creator_shares(rep, sc, e, sz, n, 2);
   }
   // a_oversub4: scenario a with twice as many threads as cores; must not collapse.
   if (opt.wants("a_oversub4")) {
@@ -772,6 +802,7 @@ int run(int argc, char** argv) {
     peers.add(cs, {Work::Independent, n, 4, nullptr, "a_oversub4"});
     sb::run_scenario(rep, sc, "ns/task", cs);
     peer_ratios(rep, sc, cs);
+    creator_shares(rep, sc, e4, sz, n, 4);
     const sb::Row* two = rep.find("a_independent_" + count_label(n), "engine");
     const sb::Row* four = rep.find(sc, "engine");
     if (two != nullptr && four != nullptr && two->stats.median > 0) {

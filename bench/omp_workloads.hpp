@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "dag.hpp"
 #include "probe.hpp"
 
@@ -41,6 +45,34 @@ inline Result independent(std::uint32_t n, int threads) {
     }
   });
   return r;
+}
+
+/// Scenario a once more, untimed: the share of its tasks that ran on the thread creating them.
+/// libgomp runs a task at once, undeferred, on the creating thread once its queue holds more
+/// than 64 tasks per thread (and the creator runs queued ones at the taskwait), so this is how
+/// much of the row is task creation followed by a call rather than a hand-off to another thread.
+inline double independent_creator_share(std::uint32_t n, int threads) {
+  struct alignas(64) Count {
+    std::uint64_t v = 0;
+  };
+  std::vector<Count> ran(static_cast<std::size_t>(threads));
+  int creator = -1;
+  Count* counts = ran.data();
+#pragma omp parallel num_threads(threads)
+#pragma omp single
+  {
+    creator = omp_get_thread_num();
+    for (std::uint32_t i = 0; i < n; ++i) {
+#pragma omp task firstprivate(counts)
+      { ++counts[omp_get_thread_num()].v; }
+    }
+#pragma omp taskwait
+  }
+  std::uint64_t all = 0;
+  for (const Count& c : ran) all += c.v;
+  return all == 0 || creator < 0 ? 0.0
+                                 : static_cast<double>(ran[static_cast<std::size_t>(creator)].v) /
+                                       static_cast<double>(all);
 }
 
 /// a1: n independent tasks, each incrementing its own out[i] (depend(out) on it). `out` is
