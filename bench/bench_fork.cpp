@@ -769,6 +769,7 @@ class NestedPair {
 struct SchedulerFloor {
   std::vector<double> yield_handoff;
   std::vector<double> futex_wake;
+  std::size_t cpus = 0;  ///< CPUs this process may run on (its affinity mask)
 };
 
 /// Pins the calling thread to `cpu`; false if the kernel refuses.
@@ -788,6 +789,7 @@ SchedulerFloor measure_scheduler_floor(int trials) {
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
   }
+  f.cpus = cpus.size();
   if (cpus.size() < 2) return f;
   for (int t = 0; t < trials; ++t) {
     // Hand-off: a ball bounced between two yielding pollers on one CPU.
@@ -920,8 +922,7 @@ void scenario_nesting(sb::Report& rep, const Sizes& sz, SharedCounter* counter) 
   // the answer). Sleeping instead costs a wake-up per hop.
   const sb::Row* added = rep.find(p50, "added_process");
   const sb::Row* handoff = rep.find(p50, "yield_handoff");
-  if (added != nullptr && handoff != nullptr && handoff->stats.median > 0 &&
-      std::thread::hardware_concurrency() == 2) {
+  if (added != nullptr && handoff != nullptr && handoff->stats.median > 0 && floor.cpus == 2) {
     rep.note(
         "g: on 2 CPUs the forked level's floor is two CPU hand-offs between spinners (L4 and the "
         "sub share a CPU); above 1, the level costs more than those");
