@@ -228,6 +228,25 @@ class OrchestratorBase {
   void sweep_tensor_map();
   void infer_and_wire(detail::Slot& s);
   void publish(detail::Slot& s);
+  /// A task that is ready at its submit: runs it here when the sub workers have a backlog
+  /// (run_at_submit), else hands it to the scheduler.
+  void hand_over_or_run(detail::Slot& s) noexcept;
+  /// The lane whose leaf may run ready task `s` on this thread now (LaneCore::run_here), or
+  /// null: untimed single sub tasks, untraced runs, WorkerOptions::caller_runs_tasks, and only
+  /// while the sub workers have a backlog (sub_backlogged).
+  [[nodiscard]] detail::LaneCore* submit_runner(const detail::Slot& s) noexcept;
+  /// Whether ready sub tasks wait for a lane: at least kBacklogPerLane per sub worker in the
+  /// ready ring and the scheduler's queues, looked at every kBacklogLookEvery calls (and known
+  /// at once when the ready ring overflows).
+  [[nodiscard]] bool sub_backlogged() noexcept;
+  /// Runs ready task `s` on this thread through `lane`'s leaf and completes it; a task that
+  /// succeeded and holds no heap bytes retires at once (its slot is reused by the next submit).
+  void run_at_submit(detail::Slot& s, detail::LaneCore& lane) noexcept;
+  static constexpr std::uint64_t kBacklogPerLane = 16;
+  static constexpr std::uint32_t kBacklogLookEvery = 32;
+  std::uint32_t backlog_countdown_ = 1;
+  bool backlogged_ = false;
+  std::uint32_t submit_pick_ = 0;  ///< rotates any-worker tasks run at submit over the lanes
   /// Hands a ready task to the scheduler's pass: a single one through the ready ring, with its
   /// routing fields (the pass then need not read its slot); a group, a poisoned task, or any
   /// task when the ring is full, through the ready inbox.

@@ -43,6 +43,7 @@ class Scheduler {
     if (ref.restrictions != nullptr) core_.restricted_lanes = true;
     if (ref.drive != nullptr) core_.driven_lanes.push_back(&ref);
     if (ref.help != nullptr) core_.helped_lanes.push_back(&ref);
+    if (ref.run_here != nullptr && role == detail::Role::Sub) core_.submit_lanes.push_back(&ref);
     return ref;
   }
 

@@ -43,9 +43,13 @@ struct LaneStats {
   /// Answers of this lane's forked child (a driven lane) that the lane's own thread took in; the
   /// rest the run's thread or other threads' passes took, with it asleep. Diagnostics.
   std::uint64_t taken_by_lane_thread = 0;
-  /// Tasks of this lane (a thread child) that the thread running the orchestration ran itself
-  /// while it waited at the end of the run (WorkerOptions::caller_runs_tasks). Diagnostics.
+  /// Tasks of this lane (a thread child) that the thread running the orchestration ran itself,
+  /// while it waited at the end of the run or at their submit (WorkerOptions::
+  /// caller_runs_tasks). Diagnostics.
   std::uint64_t ran_by_run_thread = 0;
+  /// ... of which it ran at their submit, the sub workers having a backlog of ready tasks (a
+  /// thread sub worker's lane; counted in submitted and in how they ended). Diagnostics.
+  std::uint64_t ran_at_submit = 0;
   /// Times this lane's forked child moved itself off the CPU its tasks were sent from, having
   /// found itself sharing it with the sender (docs/processes.md, "Sharing a CPU"). Diagnostics.
   std::uint64_t child_cpu_steps = 0;

@@ -508,21 +508,24 @@ class BasicWorker {
         ls.dead = l->dead.load(std::memory_order_relaxed);
         // Outcomes first, then what was handed over: both only grow, so in_flight >= 0 holds
         // unless a count moved in between (clamped).
-        ls.completed = l->stat_lane.completed.get();
-        ls.failed = l->stat_lane.failed.get();
-        ls.skipped = l->stat_lane.skipped.get();
-        ls.submitted = l->stat_posted.get() + l->stat_kept.get();
+        const detail::OutcomeCounters& at = l->stat_at_submit;
+        const std::uint64_t at_submit[3] = {at.completed.get(), at.failed.get(), at.skipped.get()};
+        ls.completed = l->stat_lane.completed.get() + at_submit[0];
+        ls.failed = l->stat_lane.failed.get() + at_submit[1];
+        ls.skipped = l->stat_lane.skipped.get() + at_submit[2];
+        ls.ran_at_submit = at_submit[0] + at_submit[1] + at_submit[2];
+        ls.submitted = l->stat_posted.get() + l->stat_kept.get() + ls.ran_at_submit;
         ls.passes = l->stat_passes.get();
         ls.sent_by_run_thread = l->stat_driven.get();
         ls.sent_by_passes = l->stat_driven_pass.get();
         ls.taken_by_lane_thread = l->stat_lane_took.get();
-        ls.ran_by_run_thread = l->stat_helped.get();
+        ls.ran_by_run_thread = l->stat_helped.get() + ls.ran_at_submit;
         ls.child_cpu_steps = l->stat_cpu_steps.get();
         const std::uint64_t ended = ls.completed + ls.failed + ls.skipped;
         ls.in_flight = ls.submitted > ended ? ls.submitted - ended : 0;
-        done[0] += l->stat_tasks.completed.get();
-        done[1] += l->stat_tasks.failed.get();
-        done[2] += l->stat_tasks.skipped.get();
+        done[0] += l->stat_tasks.completed.get() + at_submit[0];
+        done[1] += l->stat_tasks.failed.get() + at_submit[1];
+        done[2] += l->stat_tasks.skipped.get() + at_submit[2];
         out.lanes.push_back(std::move(ls));
       }
     }

@@ -40,6 +40,10 @@ class WorkerThread : public detail::LaneCore {
   /// the lane's thread.
   static constexpr bool kHelped =
       std::is_same_v<T, ThreadTransport> && !std::is_same_v<L, ChipWorker> && !Pipelines<Endpoint>;
+  /// A submit may run this lane's tasks on the run's thread while the sub workers have a
+  /// backlog (see "Running tasks at submit"): a SubWorker on a thread, whose leaf is stateless
+  /// and runs on any number of threads at once (a nested Worker runs one run at a time).
+  static constexpr bool kRunsAtSubmit = kHelped && std::is_same_v<L, SubWorker>;
 
   WorkerThread(detail::EngineCore& core, detail::Role role, WorkerId id, std::string name, L leaf)
       : LaneCore(role, id, std::move(name)), core_(core), leaf_(std::move(leaf)), endpoint_(leaf_) {
@@ -54,6 +58,7 @@ class WorkerThread : public detail::LaneCore {
       drive = &drive_thunk;
     }
     if constexpr (kHelped) help = &help_thunk;
+    if constexpr (kRunsAtSubmit) run_here = &run_here_thunk;
     // An endpoint that logs its child's life (a fork, its death) names it after this lane.
     if constexpr (requires { endpoint_.log_as(core.level, this->name); }) {
       endpoint_.log_as(core.level, this->name);
@@ -254,6 +259,29 @@ class WorkerThread : public detail::LaneCore {
       return ran;
     }
     return false;
+  }
+
+  // ---- Running tasks at submit (kRunsAtSubmit). The run's thread, inside a submit, runs a
+  // ready untimed single task through this lane's leaf while the lane's own thread may be
+  // running another: a SubWorker only looks its callable up in the registry, which no run
+  // changes. Nothing of the lane's consumer side is touched; what ran is counted in
+  // stat_at_submit, which only the run's thread writes.
+  static Outcome run_here_thunk(detail::LaneCore& lane, const detail::Slot& s) noexcept {
+    return static_cast<WorkerThread&>(lane).run_at_submit(s);
+  }
+
+  Outcome run_at_submit(const detail::Slot& s) noexcept {
+    LeafRequest r;
+    build_request(s, 0, r);
+    Result out;
+    out.outcome = endpoint_.execute(r, out.fault);
+    if (out.outcome != Outcome::Success) [[unlikely]] {
+      name_callable(r, out);
+      core_.fail_run(out.outcome, name, out.callable, out.fault.message, out.fault.kind,
+                     out.fault.code);
+    }
+    stat_at_submit.count(out.outcome);
+    return out.outcome;
   }
 
   /// How far from taken_ towards `avail` the entries may run on the fence's thread: untimed

@@ -26,6 +26,11 @@ class Gate {
       throw std::runtime_error("Gate::wait: the gate was never opened (missing dependency?)");
     }
   }
+  /// Closes the gate again (nobody may be waiting).
+  void reset() {
+    std::lock_guard lk(mu_);
+    open_ = false;
+  }
   [[nodiscard]] bool is_open() {
     std::lock_guard lk(mu_);
     return open_;

@@ -115,6 +115,9 @@ struct EngineCore {
   /// The lanes whose posts the run's fence may run itself (LaneCore::help), when
   /// WorkerOptions::caller_runs_tasks lets it.
   std::vector<LaneCore*> helped_lanes;
+  /// The sub lanes whose tasks a submit may run on the run's thread (LaneCore::run_here), when
+  /// WorkerOptions::caller_runs_tasks lets it.
+  std::vector<LaneCore*> submit_lanes;
   bool caller_runs_tasks = true;
 
   /// The current run's deadline on the steady clock (ns), 0 = none. Written by the run's thread

@@ -130,6 +130,14 @@ struct LaneCore {
            posted.load(std::memory_order_relaxed) != taken_pub.load(std::memory_order_relaxed);
   }
 
+  // ---- Lanes whose tasks the run's thread may run at submit (a thread child's SubWorker): when
+  // the sub workers have a backlog, a submit runs a task that is ready at once itself, through
+  // this lane's leaf, instead of queueing it behind the backlog (OrchestratorBase::publish,
+  // "Running tasks at submit" in docs/engine.md). `run_here` runs it and returns how it ended,
+  // recording a failure as the run's error; the caller completes the task.
+  using RunHereFn = Outcome (*)(LaneCore&, const Slot&) noexcept;
+  RunHereFn run_here = nullptr;  ///< set at construction for such lanes, null otherwise
+
   // ---- Rarely written, read by both sides.
   alignas(kCacheLine) std::atomic<bool> stopping{false};
   /// Set by the lane when its child is gone for good; the scheduler then stops giving it shared
@@ -184,6 +192,9 @@ struct LaneCore {
   StatCounter stat_helped;
   /// Forked lanes: times the child stepped off its sender's CPU (copied at each answer taken).
   StatCounter stat_cpu_steps;
+  /// Tasks of this lane the run's thread ran at submit (run_here), and how they ended: written
+  /// by the run's thread per such task, so on a line of their own.
+  alignas(kCacheLine) OutcomeCounters stat_at_submit;
 };
 
 /// Lanes with results to collect (each lane is on it at most once: see LaneCore::queued).

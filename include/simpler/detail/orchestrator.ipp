@@ -65,7 +65,8 @@ inline void OrchestratorBase::throw_not_owner(const char* api) const {
   if (helping_.load(std::memory_order_relaxed) == std::this_thread::get_id()) {
     throw UsageError(fmt::format(
         "Orchestrator::{}: called from inside a task of this Worker (run by the run's thread "
-        "while it waits for the run's tasks); a task cannot submit to the run it belongs to: "
+        "itself, at a submit or while it waits for the run's tasks); a task cannot submit to "
+        "the run it belongs to: "
         "submit follow-up work from the orchestration function, or give the task a nested "
         "Worker",
         api));
@@ -772,8 +773,7 @@ inline void OrchestratorBase::publish(Slot& s) {
     if (ready_traced) [[unlikely]] {
       core_.trace.orch->record({detail::trace_now(), 0, s.trace_id, 0, detail::TraceKind::Ready});
     }
-    hand_over_ready(s);
-    dispatch_published();
+    hand_over_or_run(s);
     return;
   }
   s.state.store(TaskState::Pending, std::memory_order_relaxed);
@@ -785,9 +785,85 @@ inline void OrchestratorBase::publish(Slot& s) {
     if (ready_traced) [[unlikely]] {
       core_.trace.orch->record({detail::trace_now(), 0, s.trace_id, 0, detail::TraceKind::Ready});
     }
-    hand_over_ready(s);
-    dispatch_published();
+    hand_over_or_run(s);
   }
+}
+
+inline void OrchestratorBase::hand_over_or_run(Slot& s) noexcept {
+  if (detail::LaneCore* lane = submit_runner(s)) {
+    run_at_submit(s, *lane);
+    return;
+  }
+  hand_over_ready(s);
+  dispatch_published();
+}
+
+// Running tasks at submit. With a backlog of ready sub tasks, a task queued now would wait
+// behind it anyway, and handing it over costs more than an empty task's body: its slot and
+// routing record cross to the scheduler's core and to a lane's, and its completion comes back.
+// So, like an OpenMP runtime that runs tasks undeferred past a queue limit, the submit runs it
+// here, where its slot was just written, while the lanes work off the backlog; once the
+// backlog falls below the limit, submits hand tasks over again. Only what the fence may run
+// qualifies (no deadline, not a group, run untraced), through a SubWorker on a thread.
+inline detail::LaneCore* OrchestratorBase::submit_runner(const Slot& s) noexcept {
+  if (s.role != Role::Sub || core_.submit_lanes.empty() || !core_.caller_runs_tasks) return nullptr;
+  if (s.is_group() || s.timeout_ms != 0 || trace_level_ != 0 || dag_ != nullptr) return nullptr;
+  if (!sub_backlogged()) return nullptr;
+  if (s.poisoned.load(std::memory_order_relaxed) || core_.run.cancelled() ||
+      core_.run_deadline_ns.load(std::memory_order_relaxed) != 0) {
+    return nullptr;
+  }
+  detail::LaneCore* lane = nullptr;
+  if (s.target0 == any_worker) {
+    const auto n = static_cast<std::uint32_t>(core_.submit_lanes.size());
+    if (++submit_pick_ >= n) submit_pick_ = 0;
+    lane = core_.submit_lanes[submit_pick_];
+  } else {
+    lane = core_.subs[s.target0];
+    if (lane->run_here == nullptr) return nullptr;
+  }
+  return lane->lost.load(std::memory_order_relaxed) ? nullptr : lane;
+}
+
+inline bool OrchestratorBase::sub_backlogged() noexcept {
+  if (--backlog_countdown_ != 0) return backlogged_;
+  backlog_countdown_ = kBacklogLookEvery;
+  // Ready and not finished: in the ready ring, in the scheduler's queues, posted to a sub lane.
+  std::uint64_t waiting = core_.ready_ring.waiting() + core_.stats.ready_queued.get();
+  for (const detail::LaneCore* l : core_.submit_lanes) {
+    waiting +=
+        l->posted.load(std::memory_order_relaxed) - l->completed.load(std::memory_order_relaxed);
+  }
+  backlogged_ = waiting >= kBacklogPerLane * core_.subs.size();
+  return backlogged_;
+}
+
+inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noexcept {
+  // As in the fence (help_lanes): the task is not the orchestration function, so a submit from
+  // it is refused, naming it as a task of this Worker.
+  const std::thread::id me = owner_.load(std::memory_order_relaxed);
+  helping_.store(me, std::memory_order_relaxed);
+  owner_.store(std::thread::id{}, std::memory_order_relaxed);
+  s.state.store(TaskState::Running, std::memory_order_relaxed);
+  const bool failed = lane.run_here(lane, s) != Outcome::Success;
+  owner_.store(me, std::memory_order_relaxed);
+  helping_.store(std::thread::id{}, std::memory_order_relaxed);
+  // Completed as EngineCore::complete would, on the thread that owns the slot: nobody has
+  // linked to it (only this thread links, in later submits), so its consumer list closes empty.
+  s.state.store(failed ? TaskState::Failed : TaskState::Completed, std::memory_order_relaxed);
+  s.failed.store(failed, std::memory_order_relaxed);
+  s.consumers.store(detail::closed_list(), std::memory_order_release);
+  for (TaskSlot h : s.holds) release_ref(core_.pool.at(h));
+  auto& frame = frames_[static_cast<std::size_t>(depth_ - 1)];
+  if (!failed && s.heap_ring < 0 && !frame.empty() && frame.back() == s.id) {
+    // What compact_frame would do later, now: the scope's reference is all that is left and
+    // nothing needs the slot (a failed task stays, so later readers are skipped).
+    frame.pop_back();
+    s.refs.store(0, std::memory_order_relaxed);
+    retire(s);
+    return;
+  }
+  release_ref(s);  // the task's own reference; its scope keeps the other
 }
 
 inline void OrchestratorBase::hand_over_ready(Slot& s) noexcept {
@@ -800,6 +876,8 @@ inline void OrchestratorBase::hand_over_ready(Slot& s) noexcept {
       return;
     }
     core_.stats.ready_overflows.add();
+    backlogged_ = true;  // a full ring is a backlog: the next ready sub tasks may run at submit
+    backlog_countdown_ = kBacklogLookEvery;
   }
   core_.ready_inbox.push(&s);  // seq_cst as well
 }
@@ -1266,6 +1344,9 @@ inline void OrchestratorBase::begin_run() {
   owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   in_run_.store(true, std::memory_order_release);
   depth_ = 0;
+  // A run starts with idle workers: no backlog until a look finds one.
+  backlogged_ = false;
+  backlog_countdown_ = 1;
   scope_begin();
 }
 

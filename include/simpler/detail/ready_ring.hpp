@@ -55,6 +55,11 @@ class ReadyRing {
     }
     return true;
   }
+  /// Producer only: records pushed and not yet taken by a pass (a relaxed look at the
+  /// consumer's head, so a moment old).
+  [[nodiscard]] std::uint32_t waiting() const noexcept {
+    return tail_.load(std::memory_order_relaxed) - head_.load(std::memory_order_relaxed);
+  }
   /// Any thread.
   [[nodiscard]] bool empty() const noexcept {
     return head_.load(std::memory_order_seq_cst) == tail_.load(std::memory_order_seq_cst);

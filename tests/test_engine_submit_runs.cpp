@@ -1,0 +1,398 @@
+// While the sub workers have a backlog of ready tasks, a submit runs a ready task on the
+// orchestration's thread before it returns (WorkerOptions::caller_runs_tasks; "Running tasks at
+// submit" in docs/engine.md). These tests make the backlog deterministic: each sub worker first
+// gets a task that blocks on a Gate the orchestration opens only after its other submits, so
+// every ready task after it waits for a lane, and the submit's look at the backlog (every 32 sub
+// submits) must find one within the first hundred or so. They check which tasks may run there
+// (untimed single tasks of thread sub workers), that they run before their submit returns, that
+// their failures, statistics, outputs and dependencies are those of a task run on its lane, and
+// that a task run there cannot submit to its own run.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <simpler/simpler.hpp>
+
+#include "support/dag_program.hpp"
+#include "support/gate.hpp"
+#include "support/matchers.hpp"
+#include "support/recording_leaf.hpp"
+
+namespace simpler_test_engine_submit_runs {
+
+using namespace simpler;
+using namespace simpler::testing;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+
+namespace {
+
+/// Enough ready tasks behind blocked lanes for the submit's backlog look to see a backlog
+/// (16 per sub worker, looked at every 32 sub submits) and then run the rest itself.
+constexpr int kTasks = 400;
+
+/// A Worker whose sub workers each first run a task that holds them until `gate` opens.
+struct Blocked {
+  explicit Blocked(WorkerOptions o) : w(o) {
+    hold = w.register_sub("hold", [this](TaskArgsView) { gate.wait(20s); });
+  }
+  /// Submits one "hold" task to each sub worker (call first in an orchestration).
+  void block_lanes(OrchestratorBase& o) const {
+    for (WorkerId k = 0; k < static_cast<WorkerId>(w.sub_count()); ++k) {
+      o.submit_sub(hold, TaskArgs(), k);
+    }
+  }
+  Worker w;
+  Gate gate;
+  CallableHandle hold;
+};
+
+/// Per task: whether it ran on the orchestration's thread, and whether it had finished by the
+/// time its submit returned.
+struct Tally {
+  std::thread::id caller = std::this_thread::get_id();
+  std::vector<std::atomic<int>> where = std::vector<std::atomic<int>>(kTasks);  // 1 caller, 2 lane
+  std::vector<char> done_at_submit = std::vector<char>(kTasks, 0);
+  void record(std::uint64_t i) {
+    where[i].store(std::this_thread::get_id() == caller ? 1 : 2, std::memory_order_release);
+  }
+  [[nodiscard]] int on_caller() const {
+    int n = 0;
+    for (const auto& w : where) n += w.load() == 1 ? 1 : 0;
+    return n;
+  }
+  [[nodiscard]] int anywhere() const {
+    int n = 0;
+    for (const auto& w : where) n += w.load() != 0 ? 1 : 0;
+    return n;
+  }
+};
+
+std::uint64_t ran_at_submit(const Worker& w) {
+  std::uint64_t n = 0;
+  for (const LaneStats& l : w.stats().lanes) n += l.ran_at_submit;
+  return n;
+}
+
+ContinuousTensor cell(std::int64_t& v) {
+  return make_tensor(std::span<std::int64_t>(&v, 1));
+}
+
+}  // namespace
+
+TEST_CASE("with a backlog a submit runs a ready sub task itself before it returns",
+          "[engine][submit-runs]") {
+  const int subs = GENERATE(1, 2);
+  Blocked b(thread_options(subs));
+  Tally tally;
+  auto touch = b.w.register_sub("touch", [&](TaskArgsView v) { tally.record(v.scalar(0)); });
+  b.w.init();
+  b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    b.block_lanes(o);
+    for (int i = 0; i < kTasks; ++i) {
+      o.submit_sub(touch, TaskArgs().add_scalar(static_cast<std::uint64_t>(i)));
+      tally.done_at_submit[static_cast<std::size_t>(i)] = tally.where[i].load() == 1 ? 1 : 0;
+    }
+    b.gate.open();
+  });
+  CHECK(tally.anywhere() == kTasks);
+  const int on_caller = tally.on_caller();  // at submit, or in the run's fence
+  int finished_in_submit = 0;
+  for (char d : tally.done_at_submit) finished_in_submit += d;
+  INFO("subs " << subs << ": " << on_caller << " of " << kTasks << " on the caller's thread, "
+               << finished_in_submit << " of them done when their submit returned");
+  // The lanes are held: after at most a few backlog looks every ready task runs at submit.
+  CHECK(finished_in_submit >= kTasks - 4 * 32);
+  CHECK(on_caller >= finished_in_submit);
+  const WorkerStats st = b.w.stats();
+  CHECK(ran_at_submit(b.w) == static_cast<std::uint64_t>(finished_in_submit));
+  std::uint64_t by_run_thread = 0;
+  std::uint64_t lane_submitted = 0;
+  for (const LaneStats& l : st.lanes) {
+    by_run_thread += l.ran_by_run_thread;
+    lane_submitted += l.submitted;
+    CHECK(l.in_flight == 0);
+  }
+  CHECK(by_run_thread >= static_cast<std::uint64_t>(on_caller));  // includes the fence's
+  CHECK(lane_submitted == static_cast<std::uint64_t>(kTasks + subs));
+  CHECK(st.tasks_submitted == static_cast<std::uint64_t>(kTasks + subs));
+  CHECK(st.tasks_completed == static_cast<std::uint64_t>(kTasks + subs));
+  CHECK(st.tasks_in_flight == 0);
+  CHECK(b.w.orchestrator().live_tasks() == 0);
+}
+
+TEST_CASE("with caller_runs_tasks off a backlog never runs tasks at submit",
+          "[engine][submit-runs]") {
+  WorkerOptions o = thread_options(1);
+  o.caller_runs_tasks = false;
+  Blocked b(o);
+  Tally tally;
+  auto touch = b.w.register_sub("touch", [&](TaskArgsView v) { tally.record(v.scalar(0)); });
+  b.w.init();
+  b.w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+    b.block_lanes(orch);
+    for (int i = 0; i < kTasks; ++i) {
+      orch.submit_sub(touch, TaskArgs().add_scalar(static_cast<std::uint64_t>(i)));
+    }
+    b.gate.open();
+  });
+  CHECK(tally.anywhere() == kTasks);
+  CHECK(tally.on_caller() == 0);
+  CHECK(ran_at_submit(b.w) == 0);
+}
+
+TEST_CASE("tasks with a deadline, group members and forked sub workers' tasks never run at submit",
+          "[engine][submit-runs]") {
+  SECTION("a task with a deadline of its own, or in a run with one") {
+    const bool run_deadline = GENERATE(false, true);
+    Blocked b(thread_options(1));
+    Tally tally;
+    auto touch = b.w.register_sub("touch", [&](TaskArgsView v) { tally.record(v.scalar(0)); });
+    b.w.init();
+    CallConfig timed;
+    timed.timeout = 30s;
+    const auto orch = [&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      b.block_lanes(o);
+      for (int i = 0; i < kTasks; ++i) {
+        TaskArgs a;
+        a.add_scalar(static_cast<std::uint64_t>(i));
+        if (run_deadline) {
+          o.submit_sub(touch, a);
+        } else {
+          o.submit_sub(touch, a, timed);
+        }
+      }
+      b.gate.open();
+    };
+    if (run_deadline) {
+      b.w.run(orch, {}, timed);
+    } else {
+      b.w.run(orch);
+    }
+    CHECK(tally.anywhere() == kTasks);
+    CHECK(tally.on_caller() == 0);
+    CHECK(ran_at_submit(b.w) == 0);
+  }
+  SECTION("group members") {
+    Blocked b(thread_options(2));
+    std::atomic<int> on_caller{0};
+    std::atomic<int> ran{0};
+    const std::thread::id caller = std::this_thread::get_id();
+    auto member = b.w.register_sub("member", [&](TaskArgsView) {
+      ran.fetch_add(1);
+      if (std::this_thread::get_id() == caller) on_caller.fetch_add(1);
+    });
+    b.w.init();
+    b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      b.block_lanes(o);
+      for (int i = 0; i < kTasks / 2; ++i) o.submit_sub_group(member, {TaskArgs(), TaskArgs()});
+      b.gate.open();
+    });
+    CHECK(ran == kTasks);
+    CHECK(on_caller == 0);
+    CHECK(ran_at_submit(b.w) == 0);
+  }
+  SECTION("forked sub workers") {
+    WorkerOptions o = thread_options(1);
+    o.child_mode = ChildMode::Process;
+    Worker w(o);
+    auto noop = w.register_sub("noop", [](TaskArgsView) {});
+    w.init();
+    // A forked child cannot be held by a gate in this process; a backlog builds anyway from
+    // more ready tasks than one child takes at a time.
+    w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
+      for (int i = 0; i < 4 * kTasks; ++i) orch.submit_sub(noop);
+    });
+    CHECK(ran_at_submit(w) == 0);
+    CHECK(w.stats().tasks_completed == static_cast<std::uint64_t>(4 * kTasks));
+  }
+}
+
+TEST_CASE("a failure at submit fails the run at once: the next submit throws its error",
+          "[engine][submit-runs]") {
+  // The task ends inside its submit, so the run has failed before the orchestration submits
+  // anything after it: every later submit throws the run's error (as after any failure), and
+  // the work submitted before still runs.
+  Blocked b(thread_options(1));
+  Tally tally;
+  std::thread::id boom_thread;
+  auto touch = b.w.register_sub("touch", [&](TaskArgsView v) { tally.record(v.scalar(0)); });
+  auto boom = b.w.register_sub("boom", [&](TaskArgsView) {
+    boom_thread = std::this_thread::get_id();
+    throw std::runtime_error("kaboom at submit");
+  });
+  std::atomic<int> consumers_ran{0};
+  auto consume = b.w.register_sub("consume", [&](TaskArgsView) { consumers_ran.fetch_add(1); });
+  b.w.init();
+  std::int64_t c = 0;
+  bool next_threw = false;
+  try {
+    b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      b.block_lanes(o);
+      for (int i = 0; i < kTasks; ++i) {
+        o.submit_sub(touch, TaskArgs().add_scalar(static_cast<std::uint64_t>(i)));
+      }
+      o.submit_sub(boom, TaskArgs().add_tensor(cell(c), TensorArgType::OutputExisting));
+      try {
+        o.submit_sub(consume, TaskArgs().add_tensor(cell(c), TensorArgType::Input));
+      } catch (const TaskError& e) {
+        next_threw = e.callable() == "boom";
+      }
+      b.gate.open();
+    });
+    FAIL("run() did not throw");
+  } catch (const TaskError& e) {
+    INFO(e.what());
+    CHECK(e.outcome() == Outcome::TaskFailure);
+    CHECK(e.callable() == "boom");
+    CHECK(e.worker() == "sub worker 0");
+    CHECK_THAT(e.message(), Contains("kaboom at submit"));
+  }
+  CHECK(boom_thread == tally.caller);  // it did run at its submit
+  CHECK(next_threw);
+  CHECK(consumers_ran == 0);
+  CHECK(tally.anywhere() == kTasks);  // what was submitted before it still ran
+  const WorkerStats st = b.w.stats();
+  CHECK(st.tasks_failed == 1);
+  CHECK(st.tasks_skipped == 0);
+  CHECK(st.tasks_submitted == static_cast<std::uint64_t>(kTasks + 2));
+  CHECK(st.tasks_completed == static_cast<std::uint64_t>(kTasks + 1));
+  CHECK(st.tasks_in_flight == 0);
+  CHECK(st.lanes.at(0).failed == 1);
+  CHECK(b.w.orchestrator().live_tasks() == 0);
+  // The next run is clean.
+  b.gate.reset();
+  b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_sub(consume, TaskArgs().add_tensor(cell(c), TensorArgType::Input));
+  });
+  CHECK(consumers_ran == 1);
+}
+
+TEST_CASE("a task run at submit cannot submit to its own run", "[engine][submit-runs]") {
+  Blocked b(thread_options(1));
+  Orchestrator* running = nullptr;
+  std::atomic<int> refused{0};
+  std::atomic<int> accepted{0};
+  std::string message;
+  auto noop = b.w.register_sub("noop", [](TaskArgsView) {});
+  auto sneaky = b.w.register_sub("sneaky", [&](TaskArgsView) {
+    try {
+      running->submit_sub(noop);
+      accepted.fetch_add(1);
+    } catch (const UsageError& e) {
+      if (refused.fetch_add(1) == 0) message = e.what();
+    }
+  });
+  b.w.init();
+  b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    running = &o;
+    b.block_lanes(o);
+    for (int i = 0; i < kTasks; ++i) o.submit_sub(sneaky);
+    b.gate.open();
+  });
+  CHECK(accepted == 0);
+  CHECK(refused == kTasks);
+  INFO(message);
+  CHECK(ran_at_submit(b.w) > 0);
+  // Some ran at submit; the lane's refusals name another thread, the submit's its own.
+  CHECK((message.find("from inside a task of this Worker") != std::string::npos ||
+         message.find("not running the orchestration function") != std::string::npos));
+  std::int64_t c = 0;
+  auto add = b.w.register_sub("add", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });
+  b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    o.submit_sub(add, TaskArgs().add_tensor(cell(c), TensorArgType::InOut));
+  });
+  CHECK(c == 1);
+}
+
+TEST_CASE("what a task run at submit writes reaches its readers, auto-allocated outputs too",
+          "[engine][submit-runs]") {
+  Blocked b(thread_options(1));
+  std::atomic<int> at_submit{0};
+  const std::thread::id caller = std::this_thread::get_id();
+  auto put = b.w.register_sub("put", [&](TaskArgsView v) {
+    if (std::this_thread::get_id() == caller) at_submit.fetch_add(1);
+    *v.tensor(0).as<std::int64_t>() = static_cast<std::int64_t>(v.scalar(0));
+  });
+  auto copy = b.w.register_sub("copy", [](TaskArgsView v) {
+    *v.tensor(1).as<std::int64_t>() = *v.tensor(0).as<const std::int64_t>() + 1;
+  });
+  auto noop = b.w.register_sub("noop", [](TaskArgsView) {});
+  b.w.init();
+  std::vector<std::int64_t> out(kTasks, -1);
+  b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    b.block_lanes(o);
+    for (int i = 0; i < kTasks; ++i) o.submit_sub(noop);  // the backlog
+    for (int i = 0; i < kTasks; ++i) {
+      // A heap output written at submit, then read (also at submit) into host memory: the
+      // writer must keep its bytes although it finished, until the reader has run.
+      ContinuousTensor fresh = make_tensor(nullptr, {1}, DataType::Int64);
+      SubmitResult r = o.submit_sub(put, TaskArgs()
+                                             .add_tensor(fresh, TensorArgType::Output)
+                                             .add_scalar(static_cast<std::uint64_t>(i)));
+      o.submit_sub(copy, TaskArgs()
+                             .add_tensor(r.output(0), TensorArgType::Input)
+                             .add_tensor(make_tensor(std::span<std::int64_t>(&out[i], 1)),
+                                         TensorArgType::OutputExisting));
+    }
+    b.gate.open();
+  });
+  for (int i = 0; i < kTasks; ++i) {
+    INFO("task " << i);
+    REQUIRE(out[static_cast<std::size_t>(i)] == i + 1);
+  }
+  CHECK(at_submit > kTasks / 2);
+  CHECK(b.w.orchestrator().live_tasks() == 0);
+}
+
+TEST_CASE("random tagged DAGs behind held lanes match the sequential oracle",
+          "[engine][submit-runs][dag]") {
+  // Held lanes make a backlog, so the ready tasks run at submit while those handed over before
+  // the backlog was seen, and every task depending on them, wait for the lanes: both kinds of
+  // producer meet in one graph.
+  const int subs = GENERATE(1, 2);
+  SharedArena arena;
+  Blocked b(thread_options(subs));
+  auto kernel = b.w.register_sub("dag", dag_kernel);
+  auto snap = b.w.register_sub("snapshot", dag_snapshot_kernel);
+  b.w.init();
+  struct HeldTarget {
+    Blocked& b;
+    SubTarget inner;
+    bool blocked = false;
+    SubmitResult submit(OrchestratorBase& o, DagCallable c, TaskArgs a) {
+      if (!blocked) {
+        b.block_lanes(o);
+        blocked = true;
+      }
+      if (c == DagCallable::Snapshot) b.gate.open();  // the last task
+      return inner.submit(o, c, std::move(a));
+    }
+    void upload(const DagState&) const {}
+    void download(const DagState& st, std::size_t first, std::span<std::int64_t> out) const {
+      inner.download(st, first, out);
+    }
+  };
+  for (std::uint32_t seed = 1; seed <= 4; ++seed) {
+    const auto p = random_program(seed * 104729 + static_cast<std::uint32_t>(subs), 600, 4);
+    const auto want = run_oracle(p);
+    b.gate.reset();
+    const std::uint64_t before = ran_at_submit(b.w);
+    DagState st(p, arena);
+    HeldTarget target{b, SubTarget{kernel, snap}};
+    INFO("seed " << seed << " subs " << subs);
+    REQUIRE(run_dag(b.w, target, p, st) == want);
+    CHECK(ran_at_submit(b.w) > before);
+  }
+  CHECK(b.w.orchestrator().live_tasks() == 0);
+  CHECK(b.w.orchestrator().tensor_map_size() == 0);
+}
+
+}  // namespace simpler_test_engine_submit_runs
