@@ -59,6 +59,15 @@ struct LaneCore {
   /// Set for lanes that serve only some callables or see only remote memory (see
   /// LaneRestrictions); null for the others.
   const LaneRestrictions* restrictions = nullptr;
+  /// Lanes whose tasks the run's thread may run at submit (a thread child's SubWorker): when the
+  /// sub workers have a backlog, a submit runs a task that is ready at once itself, through this
+  /// lane's leaf, instead of queueing it behind the backlog (OrchestratorBase::publish, "Running
+  /// tasks at submit" in docs/engine.md). `run_here` runs it and returns how it ended, recording
+  /// a failure as the run's error; the caller completes the task. Set at construction for such
+  /// lanes, null otherwise. It sits with the read-only fields: the submit reads it per task, and
+  /// on the `helper` line below it would miss every time the lane's thread takes a batch.
+  using RunHereFn = Outcome (*)(LaneCore&, const Slot&) noexcept;
+  RunHereFn run_here = nullptr;
 
   struct Posted {  // 8 bytes: eight fit one cache line
     TaskSlot slot;
@@ -129,14 +138,6 @@ struct LaneCore {
     return helper.load(std::memory_order_relaxed) == 0 &&
            posted.load(std::memory_order_relaxed) != taken_pub.load(std::memory_order_relaxed);
   }
-
-  // ---- Lanes whose tasks the run's thread may run at submit (a thread child's SubWorker): when
-  // the sub workers have a backlog, a submit runs a task that is ready at once itself, through
-  // this lane's leaf, instead of queueing it behind the backlog (OrchestratorBase::publish,
-  // "Running tasks at submit" in docs/engine.md). `run_here` runs it and returns how it ended,
-  // recording a failure as the run's error; the caller completes the task.
-  using RunHereFn = Outcome (*)(LaneCore&, const Slot&) noexcept;
-  RunHereFn run_here = nullptr;  ///< set at construction for such lanes, null otherwise
 
   // ---- Rarely written, read by both sides.
   alignas(kCacheLine) std::atomic<bool> stopping{false};
