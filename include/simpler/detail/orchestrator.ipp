@@ -828,13 +828,15 @@ inline detail::LaneCore* OrchestratorBase::submit_runner(const Slot& s) noexcept
 inline bool OrchestratorBase::sub_backlogged() noexcept {
   if (--backlog_countdown_ != 0) return backlogged_;
   backlog_countdown_ = kBacklogLookEvery;
-  // Ready and not finished: in the ready ring, in the scheduler's queues, posted to a sub lane.
+  // Ready and not finished: in the ready ring, in the scheduler's queues, posted to a sub lane
+  // that may run at submit. The limit scales with those lanes alone, the ones it counts posts
+  // of (a Worker's sub lanes are all of one kind: all of them, or none).
   std::uint64_t waiting = core_.ready_ring.waiting() + core_.stats.ready_queued.get();
   for (const detail::LaneCore* l : core_.submit_lanes) {
     waiting +=
         l->posted.load(std::memory_order_relaxed) - l->completed.load(std::memory_order_relaxed);
   }
-  backlogged_ = waiting >= kBacklogPerLane * core_.subs.size();
+  backlogged_ = waiting >= kBacklogPerLane * core_.submit_lanes.size();
   return backlogged_;
 }
 
