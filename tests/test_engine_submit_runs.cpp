@@ -49,6 +49,21 @@ struct Blocked {
       o.submit_sub(hold, TaskArgs(), k);
     }
   }
+  /// One run whose orchestration holds the lanes, calls `submits(o)`, then lets the lanes go
+  /// (also when `submits` throws, so the run's fence does not wait out the gate).
+  template <class Submits>
+  void run_held(Submits&& submits, const CallConfig& config = {}) {
+    w.run(
+        [&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+          struct Opener {
+            Gate& g;
+            ~Opener() { g.open(); }
+          } opener{gate};
+          block_lanes(o);
+          submits(o);
+        },
+        {}, config);
+  }
   Worker w;
   Gate gate;
   CallableHandle hold;
@@ -94,13 +109,11 @@ TEST_CASE("with a backlog a submit runs a ready sub task itself before it return
   Tally tally;
   auto touch = b.w.register_sub("touch", [&](TaskArgsView v) { tally.record(v.scalar(0)); });
   b.w.init();
-  b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-    b.block_lanes(o);
+  b.run_held([&](Orchestrator& o) {
     for (int i = 0; i < kTasks; ++i) {
       o.submit_sub(touch, TaskArgs().add_scalar(static_cast<std::uint64_t>(i)));
       tally.done_at_submit[static_cast<std::size_t>(i)] = tally.where[i].load() == 1 ? 1 : 0;
     }
-    b.gate.open();
   });
   CHECK(tally.anywhere() == kTasks);
   const int on_caller = tally.on_caller();  // at submit, or in the run's fence
@@ -136,12 +149,10 @@ TEST_CASE("with caller_runs_tasks off a backlog never runs tasks at submit",
   Tally tally;
   auto touch = b.w.register_sub("touch", [&](TaskArgsView v) { tally.record(v.scalar(0)); });
   b.w.init();
-  b.w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
-    b.block_lanes(orch);
+  b.run_held([&](Orchestrator& orch) {
     for (int i = 0; i < kTasks; ++i) {
       orch.submit_sub(touch, TaskArgs().add_scalar(static_cast<std::uint64_t>(i)));
     }
-    b.gate.open();
   });
   CHECK(tally.anywhere() == kTasks);
   CHECK(tally.on_caller() == 0);
@@ -158,24 +169,19 @@ TEST_CASE("tasks with a deadline, group members and forked sub workers' tasks ne
     b.w.init();
     CallConfig timed;
     timed.timeout = 30s;
-    const auto orch = [&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-      b.block_lanes(o);
-      for (int i = 0; i < kTasks; ++i) {
-        TaskArgs a;
-        a.add_scalar(static_cast<std::uint64_t>(i));
-        if (run_deadline) {
-          o.submit_sub(touch, a);
-        } else {
-          o.submit_sub(touch, a, timed);
-        }
-      }
-      b.gate.open();
-    };
-    if (run_deadline) {
-      b.w.run(orch, {}, timed);
-    } else {
-      b.w.run(orch);
-    }
+    b.run_held(
+        [&](Orchestrator& o) {
+          for (int i = 0; i < kTasks; ++i) {
+            TaskArgs a;
+            a.add_scalar(static_cast<std::uint64_t>(i));
+            if (run_deadline) {
+              o.submit_sub(touch, a);
+            } else {
+              o.submit_sub(touch, a, timed);
+            }
+          }
+        },
+        run_deadline ? timed : CallConfig{});
     CHECK(tally.anywhere() == kTasks);
     CHECK(tally.on_caller() == 0);
     CHECK(ran_at_submit(b.w) == 0);
@@ -190,10 +196,8 @@ TEST_CASE("tasks with a deadline, group members and forked sub workers' tasks ne
       if (std::this_thread::get_id() == caller) on_caller.fetch_add(1);
     });
     b.w.init();
-    b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-      b.block_lanes(o);
+    b.run_held([&](Orchestrator& o) {
       for (int i = 0; i < kTasks / 2; ++i) o.submit_sub_group(member, {TaskArgs(), TaskArgs()});
-      b.gate.open();
     });
     CHECK(ran == kTasks);
     CHECK(on_caller == 0);
@@ -203,13 +207,17 @@ TEST_CASE("tasks with a deadline, group members and forked sub workers' tasks ne
     WorkerOptions o = thread_options(1);
     o.child_mode = ChildMode::Process;
     Worker w(o);
-    auto noop = w.register_sub("noop", [](TaskArgsView) {});
+    // Counted in this process only when a task runs in it, on any thread: a forked child
+    // counts in its own copy of the variable.
+    std::atomic<int> ran_in_parent{0};
+    auto count = w.register_sub("count", [&](TaskArgsView) { ran_in_parent.fetch_add(1); });
     w.init();
     // A forked child cannot be held by a gate in this process; a backlog builds anyway from
     // more ready tasks than one child takes at a time.
     w.run([&](Orchestrator& orch, TaskArgsView, const CallConfig&) {
-      for (int i = 0; i < 4 * kTasks; ++i) orch.submit_sub(noop);
+      for (int i = 0; i < 4 * kTasks; ++i) orch.submit_sub(count);
     });
+    CHECK(ran_in_parent == 0);
     CHECK(ran_at_submit(w) == 0);
     CHECK(w.stats().tasks_completed == static_cast<std::uint64_t>(4 * kTasks));
   }
@@ -234,8 +242,7 @@ TEST_CASE("a failure at submit fails the run at once: the next submit throws its
   std::int64_t c = 0;
   bool next_threw = false;
   try {
-    b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-      b.block_lanes(o);
+    b.run_held([&](Orchestrator& o) {
       for (int i = 0; i < kTasks; ++i) {
         o.submit_sub(touch, TaskArgs().add_scalar(static_cast<std::uint64_t>(i)));
       }
@@ -245,7 +252,6 @@ TEST_CASE("a failure at submit fails the run at once: the next submit throws its
       } catch (const TaskError& e) {
         next_threw = e.callable() == "boom";
       }
-      b.gate.open();
     });
     FAIL("run() did not throw");
   } catch (const TaskError& e) {
@@ -291,11 +297,9 @@ TEST_CASE("a task run at submit cannot submit to its own run", "[engine][submit-
     }
   });
   b.w.init();
-  b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+  b.run_held([&](Orchestrator& o) {
     running = &o;
-    b.block_lanes(o);
     for (int i = 0; i < kTasks; ++i) o.submit_sub(sneaky);
-    b.gate.open();
   });
   CHECK(accepted == 0);
   CHECK(refused == kTasks);
@@ -327,8 +331,7 @@ TEST_CASE("what a task run at submit writes reaches its readers, auto-allocated 
   auto noop = b.w.register_sub("noop", [](TaskArgsView) {});
   b.w.init();
   std::vector<std::int64_t> out(kTasks, -1);
-  b.w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
-    b.block_lanes(o);
+  b.run_held([&](Orchestrator& o) {
     for (int i = 0; i < kTasks; ++i) o.submit_sub(noop);  // the backlog
     for (int i = 0; i < kTasks; ++i) {
       // A heap output written at submit, then read (also at submit) into host memory: the
@@ -342,7 +345,6 @@ TEST_CASE("what a task run at submit writes reaches its readers, auto-allocated 
                              .add_tensor(make_tensor(std::span<std::int64_t>(&out[i], 1)),
                                          TensorArgType::OutputExisting));
     }
-    b.gate.open();
   });
   for (int i = 0; i < kTasks; ++i) {
     INFO("task " << i);
