@@ -58,7 +58,7 @@ struct WorkerOptions {
   /// thread child (ChildMode::Thread sub workers and nested Workers, not chips) itself when
   /// that child's thread has not started them yet, instead of waiting for a hand-off there and
   /// back. Only tasks without a deadline and not in a group, one child at a time.
-  /// Likewise, while the sub workers have a backlog of ready tasks (64 per sub worker), a
+  /// Likewise, while the sub workers have a backlog of ready tasks (16 per sub worker), a
   /// submit of a sub task that is ready at once runs it on the orchestration's thread before
   /// it returns, through a thread sub worker (as an OpenMP runtime runs tasks undeferred past
   /// its queue limit): such a task must not wait for work the orchestration submits after it.

@@ -237,15 +237,25 @@ class OrchestratorBase {
   [[nodiscard]] detail::LaneCore* submit_runner(const detail::Slot& s) noexcept;
   /// Whether ready sub tasks wait for a lane: at least kBacklogPerLane per sub worker in the
   /// ready ring and the scheduler's queues, looked at every kBacklogLookEvery calls (and known
-  /// at once when the ready ring overflows).
+  /// at once when the ready ring overflows). Once there is a backlog and the tasks run at submit
+  /// are cheap (cheap_at_submit_), it lasts until nothing waits, looked at less often.
   [[nodiscard]] bool sub_backlogged() noexcept;
   /// Runs ready task `s` on this thread through `lane`'s leaf and completes it; a task that
   /// succeeded and holds no heap bytes retires at once (its slot is reused by the next submit).
   void run_at_submit(detail::Slot& s, detail::LaneCore& lane) noexcept;
   static constexpr std::uint64_t kBacklogPerLane = 16;
   static constexpr std::uint32_t kBacklogLookEvery = 32;
+  /// A task run at submit in less than this costs the orchestration's thread about what handing
+  /// it over does (a ready ring push, its slot's lines crossing to a lane and back, a lane's
+  /// wake-up now and then): with such tasks the backlog does not end when it falls below the
+  /// limit, only when the lanes have nothing left, so the lanes do not spin and sleep around
+  /// every look while the orchestration runs tasks (bench_engine's a1 row).
+  static constexpr std::chrono::nanoseconds kCheapAtSubmit{500};
+  static constexpr std::uint32_t kCheapStayLooks = 8;
   std::uint32_t backlog_countdown_ = 1;
   bool backlogged_ = false;
+  bool cheap_at_submit_ = false;   ///< the last timed task run at submit was cheap
+  bool time_at_submit_ = false;    ///< time the next task run at submit
   std::uint32_t submit_pick_ = 0;  ///< rotates any-worker tasks run at submit over the lanes
   /// Hands a ready task to the scheduler's pass: a single one through the ready ring, with its
   /// routing fields (the pass then need not read its slot); a group, a poisoned task, or any

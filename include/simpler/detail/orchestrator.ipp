@@ -836,7 +836,16 @@ inline bool OrchestratorBase::sub_backlogged() noexcept {
     waiting +=
         l->posted.load(std::memory_order_relaxed) - l->completed.load(std::memory_order_relaxed);
   }
-  backlogged_ = waiting >= kBacklogPerLane * core_.submit_lanes.size();
+  const std::uint64_t lanes = core_.submit_lanes.size();
+  if (backlogged_ && cheap_at_submit_) {
+    // Tasks cheaper than handing one over: stay until the lanes have nothing left, and look
+    // again only after kCheapStayLooks looks' worth of submits.
+    backlogged_ = waiting > 0;
+    if (backlogged_) backlog_countdown_ = kBacklogLookEvery * kCheapStayLooks;
+  } else {
+    backlogged_ = waiting >= kBacklogPerLane * lanes;
+  }
+  time_at_submit_ = backlogged_;  // the first task run at submit after a look is timed
   return backlogged_;
 }
 
@@ -847,7 +856,17 @@ inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noe
   helping_.store(me, std::memory_order_relaxed);
   owner_.store(std::thread::id{}, std::memory_order_relaxed);
   s.state.store(TaskState::Running, std::memory_order_relaxed);
-  const bool failed = lane.run_here(lane, s) != Outcome::Success;
+  bool failed = false;
+  if (time_at_submit_) {
+    // One task per look is timed (a vDSO clock read on each side), to tell cheap tasks from
+    // others (sub_backlogged). A task preempted while timed reads as not cheap: the safe side.
+    time_at_submit_ = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    failed = lane.run_here(lane, s) != Outcome::Success;
+    cheap_at_submit_ = std::chrono::steady_clock::now() - t0 < kCheapAtSubmit;
+  } else {
+    failed = lane.run_here(lane, s) != Outcome::Success;
+  }
   owner_.store(me, std::memory_order_relaxed);
   helping_.store(std::thread::id{}, std::memory_order_relaxed);
   // Completed as EngineCore::complete would, on the thread that owns the slot: nobody has
@@ -1349,6 +1368,8 @@ inline void OrchestratorBase::begin_run() {
   // A run starts with idle workers: no backlog until a look finds one.
   backlogged_ = false;
   backlog_countdown_ = 1;
+  cheap_at_submit_ = false;
+  time_at_submit_ = false;
   scope_begin();
 }
 
