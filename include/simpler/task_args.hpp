@@ -37,7 +37,9 @@ class TaskArgs {
 
   /// Appends a tensor. Throws UsageError if a scalar was already added, if the tag is not one of
   /// the five TensorArgType values, or if `t` is malformed (see validate(ContinuousTensor)).
-  TaskArgs& add_tensor(const ContinuousTensor& t, TensorArgType tag = TensorArgType::Input);
+  /// Always inlined (see make_tensor in types.hpp).
+  [[gnu::always_inline]] TaskArgs& add_tensor(const ContinuousTensor& t,
+                                              TensorArgType tag = TensorArgType::Input);
   /// Appends a 64-bit scalar.
   TaskArgs& add_scalar(std::uint64_t v) {
     scalars_.push_back(v);

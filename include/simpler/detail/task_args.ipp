@@ -27,6 +27,12 @@ namespace detail {
   throw UsageError(fmt::format("TaskArgs: tag value {} is not a TensorArgType (0..4)", v));
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_tensor_after_scalar() {
+  throw UsageError(
+      "TaskArgs::add_tensor: a tensor cannot follow a scalar; add every tensor before the first "
+      "scalar");
+}
+
 inline void check_tag(TensorArgType tag) {
   const auto v = static_cast<std::int32_t>(tag);
   if (v < 0 || v > static_cast<std::int32_t>(TensorArgType::NoDep)) [[unlikely]]
@@ -47,11 +53,8 @@ inline std::uint64_t TaskArgsView::scalar(std::int32_t i) const {
 }
 
 inline TaskArgs& TaskArgs::add_tensor(const ContinuousTensor& t, TensorArgType tag) {
-  if (!scalars_.empty()) {
-    throw UsageError(
-        "TaskArgs::add_tensor: a tensor cannot follow a scalar; add every tensor before the first "
-        "scalar");
-  }
+  if (!scalars_.empty()) [[unlikely]]
+    detail::throw_tensor_after_scalar();
   detail::check_tag(tag);
   validate(t);
   tensors_.push_back(t);

@@ -127,8 +127,9 @@ inline std::uint32_t checked_extent(std::size_t n) {
 }
 }  // namespace detail
 
-inline ContinuousTensor make_tensor(void* data, std::span<const std::uint32_t> shape,
-                                    DataType dtype) {
+[[gnu::always_inline]] inline ContinuousTensor make_tensor(void* data,
+                                                           std::span<const std::uint32_t> shape,
+                                                           DataType dtype) {
   if (shape.empty() || shape.size() > kMaxTensorDims) {
     throw UsageError(fmt::format("make_tensor: {} dimensions given; a tensor has 1 to {}",
                                  shape.size(), kMaxTensorDims));
