@@ -534,7 +534,7 @@ TEST_CASE("consecutive runs on parked device threads each give the right results
   CHECK(d.stats().runs == 150);
 }
 
-TEST_CASE("a run returns on its last completion; the next call waits for the device threads",
+TEST_CASE("a run returns on its last completion, the next call waits for the device threads",
           "[device][run-on][early-return]") {
   Device d;
   // One-task runs back to back: the host usually sees the last completion before every

@@ -84,7 +84,7 @@ std::string prefix(const char* level, int worker_level) {
 
 }  // namespace
 
-TEST_CASE("SIMPLER_LOG names a level; anything else warns naming the value and the valid ones",
+TEST_CASE("SIMPLER_LOG names a level, anything else warns naming the value and the valid ones",
           "[log]") {
   std::string warning;
   CHECK(detail::level_from_env(nullptr, &warning) == LogLevel::Warn);

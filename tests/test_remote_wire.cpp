@@ -539,7 +539,7 @@ TEST_CASE("a COMPLETION round-trips ok and failed", "[remote][remote-wire]") {
   }
 }
 
-TEST_CASE("a traced TASK carries its level and trace limit; an untraced one neither",
+TEST_CASE("a traced TASK carries its level and trace limit, an untraced one neither",
           "[remote][remote-wire][trace]") {
   TaskParts p;
   p.scalars = {3};

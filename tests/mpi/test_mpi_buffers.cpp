@@ -164,7 +164,7 @@ TEST_CASE("a freed buffer is refused by copies, frees and submits", "[buffers][u
                        WhatContains("lies in no live buffer of next-level worker 0"));
 }
 
-TEST_CASE("a rank serves one Worker at a time; a new one attaches once the holder is destroyed",
+TEST_CASE("a rank serves one Worker at a time, a new one attaches once the holder is destroyed",
           "[session]") {
   std::vector<RemoteBuffer> old;
   {
@@ -177,7 +177,7 @@ TEST_CASE("a rank serves one Worker at a time; a new one attaches once the holde
   a_new_worker_attaches_afresh(old);
 }
 
-TEST_CASE("a rank serves one Worker at a time; a new one attaches once the holder is closed",
+TEST_CASE("a rank serves one Worker at a time, a new one attaches once the holder is closed",
           "[session]") {
   OnRanks first;
   std::vector<RemoteBuffer> old;

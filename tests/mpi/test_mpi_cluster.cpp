@@ -298,7 +298,7 @@ TEST_CASE("an L4 over two rank L3s with chips and forked subs runs a DAG across 
   w.close();
 }
 
-TEST_CASE("a callable that throws on rank 2 fails the run with the rank's context; the next runs",
+TEST_CASE("a callable that throws on rank 2 fails the run with the rank's context, the next runs",
           "[cluster][failure]") {
   Worker w(l4_options());
   const auto fails = w.register_orch("fails_here", served_remotely);
