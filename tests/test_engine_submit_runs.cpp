@@ -6,7 +6,8 @@
 // submits) must find one within the first hundred or so. They check which tasks may run there
 // (untimed single tasks of thread sub workers), that they run before their submit returns, that
 // their failures, statistics, outputs and dependencies are those of a task run on its lane, and
-// that a task run there cannot submit to its own run.
+// that a task run there cannot submit to its own run. Without a backlog, ready tasks run at submit
+// once the lanes timed this run's tasks as cheaper than a hand-over (the chain tests).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -461,7 +462,7 @@ int at_submit_after_backlog_fell(std::chrono::nanoseconds busy, int after) {
 
 }  // namespace
 
-TEST_CASE("cheap tasks keep running at submit until nothing waits; heavier ones stop sooner",
+TEST_CASE("cheap tasks keep running at submit until nothing waits, heavier ones stop sooner",
           "[engine][submit-runs]") {
   // Cheap (under 500 ns): the backlog lasts while anything waits, so with one task left on the
   // lane every later task still runs at submit. A 2 us task keeps the plain rule: the next look
@@ -481,6 +482,87 @@ TEST_CASE("cheap tasks keep running at submit until nothing waits; heavier ones 
     const int n = at_submit_after_backlog_fell(2us, kAfter);
     INFO(n << " of " << kAfter << " at submit");
     CHECK(n <= kAfter - 16);
+  }
+}
+
+namespace {
+
+/// Steps of a chain: InOut on one cell, each taking `busy`, counting in `done` when it ended.
+struct Chain {
+  explicit Chain(Worker& w) {
+    step = w.register_sub("step", [this](TaskArgsView v) {
+      const auto end = std::chrono::steady_clock::now() + busy;
+      while (busy.count() > 0 && std::chrono::steady_clock::now() < end) {
+      }
+      ++*v.tensors[0].as<std::int64_t>();
+      done.fetch_add(1, std::memory_order_release);
+    });
+  }
+  /// One run of `n` steps on `w`, each submitted once the one before it ended (so each is ready
+  /// at its submit, and only one ever is: the backlog rule never holds). How many ran at
+  /// submit: those did because the lanes found the steps cheap.
+  std::uint64_t at_submit(Worker& w, int n) {
+    const std::uint64_t before = ran_at_submit(w);
+    value = 0;
+    done.store(0);
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      for (int i = 0; i < n; ++i) {
+        REQUIRE(eventually([&] { return done.load(std::memory_order_acquire) == i; }));
+        o.submit_sub(step, TaskArgs().add_tensor(cell(value), TensorArgType::InOut));
+      }
+    });
+    CHECK(value == n);  // every step ran, in order
+    return ran_at_submit(w) - before;
+  }
+  CallableHandle step;
+  std::chrono::nanoseconds busy{0};
+  std::int64_t value = 0;
+  std::atomic<int> done{0};
+};
+
+}  // namespace
+
+TEST_CASE("without a backlog, tasks the lanes timed as cheap run at submit, costly ones never",
+          "[engine][submit-runs]") {
+  Worker w(thread_options(1));
+  Chain chain(w);
+  Gate gate;
+  auto hold = w.register_sub("hold", [&](TaskArgsView) { gate.wait(5s); });
+  w.init();
+  constexpr int kSteps = 1000;
+
+  SECTION("cheap steps: once the lane timed a few, the submits run the rest") {
+    std::uint64_t best = 0;
+    // A timed task that is preempted reads as not cheap (and pauses it): allow that twice.
+    for (int attempt = 0; attempt < 3 && best < kSteps / 2; ++attempt) {
+      best = std::max(best, chain.at_submit(w, kSteps));
+    }
+    INFO(best << " of " << kSteps << " at submit");
+    if (kClockMeaningful) CHECK(best >= kSteps / 2);
+  }
+  SECTION("2 us steps: the lane's samples say costly, so none runs at submit") {
+    chain.busy = 2us;
+    CHECK(chain.at_submit(w, 300) == 0);
+  }
+  SECTION(
+      "what the lanes timed in one run says nothing in the next: its first task goes to a lane") {
+    (void)chain.at_submit(w, kSteps);
+    // The next run starts with a task that holds the lane until the orchestration opens the
+    // gate after its other submits: run at submit, it would wait for itself (and throw after
+    // 5 s, failing the run).
+    gate.reset();
+    const std::uint64_t before = ran_at_submit(w);
+    w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+      struct Opener {
+        Gate& g;
+        ~Opener() { g.open(); }
+      } opener{gate};
+      o.submit_sub(hold);
+      for (int i = 0; i < 100; ++i) {
+        o.submit_sub(chain.step, TaskArgs().add_tensor(cell(chain.value), TensorArgType::InOut));
+      }
+    });
+    CHECK(ran_at_submit(w) - before == 0);
   }
 }
 

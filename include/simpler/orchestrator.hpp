@@ -240,6 +240,10 @@ class OrchestratorBase {
   /// at once when the ready ring overflows). Once there is a backlog and the tasks run at submit
   /// are cheap (cheap_at_submit_), it lasts until nothing waits, looked at less often.
   [[nodiscard]] bool sub_backlogged() noexcept;
+  /// Whether the lanes' timed tasks of this run say its tasks are cheaper than a hand-over
+  /// (LaneCore::cheap_run, at least kCheapStreak in a row on some lane, the last one of every
+  /// lane cheap), unless a task timed at submit took long less than kCostlyPauseLooks ago.
+  [[nodiscard]] bool lanes_find_tasks_cheap() noexcept;
   /// Runs ready task `s` on this thread through `lane`'s leaf and completes it; a task that
   /// succeeded and holds no heap bytes retires at once (its slot is reused by the next submit).
   void run_at_submit(detail::Slot& s, detail::LaneCore& lane) noexcept;
@@ -250,13 +254,16 @@ class OrchestratorBase {
   /// wake-up now and then): with such tasks the backlog does not end when it falls below the
   /// limit, only when the lanes have nothing left, so the lanes do not spin and sleep around
   /// every look while the orchestration runs tasks (bench_engine's a1 row).
-  static constexpr std::chrono::nanoseconds kCheapAtSubmit{500};
+  static constexpr std::chrono::nanoseconds kCheapAtSubmit = detail::LaneCore::kCheapTask;
   static constexpr std::uint32_t kCheapStayLooks = 8;
   std::uint32_t backlog_countdown_ = 1;
   bool backlogged_ = false;
-  bool cheap_at_submit_ = false;   ///< the last timed task run at submit was cheap
-  bool time_at_submit_ = false;    ///< time the next task run at submit
-  std::uint32_t submit_pick_ = 0;  ///< rotates any-worker tasks run at submit over the lanes
+  static constexpr std::uint64_t kCheapStreak = 2;
+  static constexpr std::uint32_t kCostlyPauseLooks = 16;
+  std::uint32_t costly_pause_ = 0;  ///< looks left before lanes_find_tasks_cheap listens again
+  bool cheap_at_submit_ = false;    ///< the last timed task run at submit was cheap
+  bool time_at_submit_ = false;     ///< time the next task run at submit
+  std::uint32_t submit_pick_ = 0;   ///< rotates any-worker tasks run at submit over the lanes
   /// Hands a ready task to the scheduler's pass: a single one through the ready ring, with its
   /// routing fields (the pass then need not read its slot); a group, a poisoned task, or any
   /// task when the ring is full, through the ready inbox.

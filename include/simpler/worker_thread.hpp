@@ -800,7 +800,17 @@ class WorkerThread : public detail::LaneCore {
       // Only ring entries carry a deadline here (runnable_here keeps the others off this lane).
       if (r.timed()) word = arm_watch(r);
     }
-    out.outcome = endpoint_.execute(r, out.fault);
+    if constexpr (kRunsAtSubmit) {
+      if (++cost_sample_ % kCostSampleEvery == 0 && word == 0 && traced == 0) {
+        const auto t0_cost = std::chrono::steady_clock::now();
+        out.outcome = endpoint_.execute(r, out.fault);
+        note_cost(s.run_id, std::chrono::steady_clock::now() - t0_cost);
+      } else {
+        out.outcome = endpoint_.execute(r, out.fault);
+      }
+    } else {
+      out.outcome = endpoint_.execute(r, out.fault);
+    }
     if constexpr (!EnforcesDeadlines<T>) {
       if (word != 0) {
         std::uint64_t expected = word;
@@ -815,6 +825,16 @@ class WorkerThread : public detail::LaneCore {
       trace_ran(s, member, t0, out.outcome, trace.reply);
     finish_outcome(r, out);
     return true;
+  }
+
+  /// Publishes what a timed task cost in `cheap_run` (LaneCore): one more cheap task in a row
+  /// of run `run_id`, or none. Stores only when the word changes (a saturated streak does not).
+  void note_cost(std::uint32_t run_id, std::chrono::steady_clock::duration took) noexcept {
+    const std::uint64_t old = cheap_run.load(std::memory_order_relaxed);
+    std::uint64_t streak = (old >> 32) == run_id ? (old & 0xffff'ffffU) : 0;
+    streak = took < kCheapTask ? std::min<std::uint64_t>(streak + 1, kCheapSaturate) : 0;
+    const std::uint64_t word = (std::uint64_t{run_id} << 32) | streak;
+    if (word != old) cheap_run.store(word, std::memory_order_relaxed);
   }
 
   /// Records that this lane ran a task (the child's own times when its transport reported
@@ -949,6 +969,9 @@ class WorkerThread : public detail::LaneCore {
   // lane by whoever holds driver_.
   std::uint32_t pl_sent_ = 0;   // ring entries handed to the endpoint (or settled without it)
   std::uint32_t pl_taken_ = 0;  // outcomes published
+  // kRunsAtSubmit lanes: tasks run by run_task, to time one in kCostSampleEvery (note_cost).
+  // Whoever runs the lane's consumer side (its thread, or a fence helping it) counts.
+  std::uint32_t cost_sample_ = 0;
   std::uint32_t pl_window_ = 1;
   bool pl_foreign_ = false;  // a thread other than the lane's holds driver_
   bool pl_by_run_ = false;   // ... and it is the run's thread (for the stats)

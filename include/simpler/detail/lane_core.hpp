@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -170,6 +171,17 @@ struct LaneCore {
   alignas(kCacheLine) std::atomic<std::uint32_t> completed{0};
   std::atomic<bool> queued{false};
   LaneCore* next_done = nullptr;
+  /// Lanes that may run at submit (run_here): what the lane's thread saw its tasks cost, for the
+  /// run's thread to read at its backlog looks (OrchestratorBase::sub_backlogged). One task in
+  /// kCostSampleEvery is timed; the word is (run id << 32) | the count of timed tasks in a row
+  /// that took less than kCheapTask (0 after one that did not), saturating. Relaxed: a hint.
+  std::atomic<std::uint64_t> cheap_run{0};
+  static constexpr std::uint32_t kCostSampleEvery = 16;
+  static constexpr std::uint32_t kCheapSaturate = 255;
+  /// Cheaper than handing a task over (a ready ring push, its slot's lines crossing to a lane
+  /// and back, a lane's wake-up now and then): a task that runs in less may as well run on the
+  /// orchestration's thread when it is ready at submit.
+  static constexpr std::chrono::nanoseconds kCheapTask{500};
 
   // ---- Tracing: the lane thread records during a run; the run's thread reads after its fence.
   LaneTrace trace;

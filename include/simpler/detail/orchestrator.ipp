@@ -837,16 +837,39 @@ inline bool OrchestratorBase::sub_backlogged() noexcept {
         l->posted.load(std::memory_order_relaxed) - l->completed.load(std::memory_order_relaxed);
   }
   const std::uint64_t lanes = core_.submit_lanes.size();
-  if (backlogged_ && cheap_at_submit_) {
+  if (backlogged_ && cheap_at_submit_ && waiting > 0) {
     // Tasks cheaper than handing one over: stay until the lanes have nothing left, and look
     // again only after kCheapStayLooks looks' worth of submits.
-    backlogged_ = waiting > 0;
-    if (backlogged_) backlog_countdown_ = kBacklogLookEvery * kCheapStayLooks;
+    backlog_countdown_ = kBacklogLookEvery * kCheapStayLooks;
   } else {
-    backlogged_ = waiting >= kBacklogPerLane * lanes;
+    backlogged_ = waiting >= kBacklogPerLane * lanes || lanes_find_tasks_cheap();
   }
   time_at_submit_ = backlogged_;  // the first task run at submit after a look is timed
   return backlogged_;
+}
+
+// Without a backlog (a chain, a graph whose tasks become ready one by one, lanes that keep up),
+// a ready task still costs its hand-over, and where its body costs less than that, the
+// orchestration's thread runs it sooner and cheaper itself: bench_engine's d1 row ran in about
+// half the time. What a task costs is known from the lanes (LaneCore::cheap_run: timed samples
+// of this run, so a run's first tasks, such as one holding the others back, never qualify) and
+// from the last task timed at submit; a task that took long there stops it for
+// kCostlyPauseLooks looks, after which the lanes' word counts again.
+inline bool OrchestratorBase::lanes_find_tasks_cheap() noexcept {
+  if (costly_pause_ != 0) {
+    --costly_pause_;
+    return false;
+  }
+  const std::uint32_t run = core_.run.id();
+  bool cheap = false;
+  for (const detail::LaneCore* l : core_.submit_lanes) {
+    const std::uint64_t w = l->cheap_run.load(std::memory_order_relaxed);
+    if ((w >> 32) != run) continue;  // nothing timed in this run yet
+    const std::uint64_t streak = w & 0xffff'ffffU;
+    if (streak == 0) return false;  // its last timed task was not cheap
+    cheap = cheap || streak >= kCheapStreak;
+  }
+  return cheap;
 }
 
 inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noexcept {
@@ -864,6 +887,7 @@ inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noe
     const auto t0 = std::chrono::steady_clock::now();
     failed = lane.run_here(lane, s) != Outcome::Success;
     cheap_at_submit_ = std::chrono::steady_clock::now() - t0 < kCheapAtSubmit;
+    if (!cheap_at_submit_) costly_pause_ = kCostlyPauseLooks;
   } else {
     failed = lane.run_here(lane, s) != Outcome::Success;
   }
@@ -1367,6 +1391,7 @@ inline void OrchestratorBase::begin_run() {
   depth_ = 0;
   // A run starts with idle workers: no backlog until a look finds one.
   backlogged_ = false;
+  costly_pause_ = 0;
   backlog_countdown_ = 1;
   cheap_at_submit_ = false;
   time_at_submit_ = false;
