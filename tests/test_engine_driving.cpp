@@ -68,7 +68,13 @@ int lanes_awake(Worker& w) {
 /// next run's first pass itself (idle lanes take the pass too).
 void await_scheduler_asleep(Worker& w) {
   // Read once per look: each wakes at its tick.
-  REQUIRE(await_quiet([&] { return w.scheduler().asleep() && lanes_awake(w) == 0; }));
+  const auto quiet = [&] { return w.scheduler().asleep() && lanes_awake(w) == 0; };
+  REQUIRE(await_quiet(quiet));
+  // A thread counts as asleep from the moment it registers to sleep, and then looks for input
+  // once more: polling finds that moment first, so a submit right after it raced that last look
+  // (and the scheduler thread took the task: a run in 10-20 failed so). Let it pass.
+  std::this_thread::sleep_for(2ms);
+  REQUIRE(await_quiet(quiet));
 }
 
 /// From inside a task: waits (up to 10 s) until the run's Orchestrator (in the run's final wait
@@ -145,15 +151,11 @@ TEST_CASE(
     });
   }
   CHECK(asleep_at_submit == kRuns);
-  // About 1 submit in 300 that found the scheduler thread asleep ran no pass of its own, with no
-  // wake-up counted and that thread still asleep afterwards (seen in stops 58 and 59: 4-7 of 80
-  // runs of this case had one such run of ten; not explained yet, see the stop-59 note). One
-  // is allowed; a submit that never dispatches fails every run.
-  CHECK(by_submit >= asleep_at_submit - 1);
+  CHECK(by_submit == asleep_at_submit);
   CHECK(ran == runs);
   const WorkerStats st = w.stats();
   CHECK(st.tasks_completed == static_cast<std::uint64_t>(runs));
-  CHECK(st.orchestrator_passes >= static_cast<std::uint64_t>(kRuns - 1));
+  CHECK(st.orchestrator_passes >= static_cast<std::uint64_t>(kRuns));
   w.close();
 }
 
