@@ -223,8 +223,9 @@ TEST_CASE("a task with a deadline waits for the tasks in flight before it goes o
   timed.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   timed.deadline_ms = 30'000;
   REQUIRE(ep.send(timed, refused, why));
-  // It went out to an idle child: both earlier tasks had been answered by then.
-  CHECK(f.log.count.load() == 2);
+  // It went out to an idle child: both earlier tasks had been answered by then (the child may
+  // have run this one too by the time the count is read).
+  CHECK(f.log.count.load() >= 2);
   for (int i = 0; i < 3; ++i) {
     Fault fault;
     CHECK(ep.receive(fault) == Outcome::Success);
