@@ -401,8 +401,10 @@ TEST_CASE("random tagged DAGs behind held lanes match the sequential oracle",
 
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kClockMeaningful = false;  // a task's timing under TSan says nothing of its cost
+// Under a sanitizer a task's timing says nothing of its cost: an empty task under ASan took over
+// 500 ns often enough that 64 of 1000 chain steps, and 568 of 600 cheap tasks, ran at submit.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr bool kClockMeaningful = false;
 #else
 constexpr bool kClockMeaningful = true;
 #endif
