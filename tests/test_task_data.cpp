@@ -319,6 +319,42 @@ TEST_CASE("validate rejects a byte size past 64 bits and a range that wraps the 
   REQUIRE_THROWS_MATCHES(simpler::validate(wrap), UsageError, WhatContains("wraps"));
 }
 
+TEST_CASE("validate's size checks hold at their exact bounds and for every extent", "[task-data]") {
+  // The largest byte size: 2^64 - 1 = 3 * 5 * 17 * 257 * 641 * 65537 * 6700417 (bytes of Int8).
+  ContinuousTensor t;
+  t.ndims = 5;
+  t.dtype = DataType::Int8;
+  t.shapes = {3 * 5 * 17, 257, 641, 65537, 6700417};
+  CHECK_NOTHROW(simpler::validate(t));
+  CHECK(t.nbytes() == std::numeric_limits<std::uint64_t>::max());
+  // One byte more per element overflows, found at the last extent.
+  t.dtype = DataType::Int16;
+  REQUIRE_THROWS_MATCHES(simpler::validate(t), UsageError, WhatContains("64 bits"));
+  // An overflow before a zero extent is still an overflow; a zero before the big ones is not.
+  t.dtype = DataType::Int64;
+  t.shapes = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0, 1};
+  REQUIRE_THROWS_MATCHES(simpler::validate(t), UsageError, WhatContains("64 bits"));
+  t.shapes = {0, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 1};
+  CHECK_NOTHROW(simpler::validate(t));
+  // Extents past ndims are not multiplied in, and any of them non-zero is reported first.
+  t.ndims = 1;
+  t.shapes = {4, 0, 0, 0, 0};
+  CHECK_NOTHROW(simpler::validate(t));
+  CHECK(t.nbytes() == 32);
+  t.shapes = {0xFFFFFFFFu, 0xFFFFFFFFu, 0, 0, 0};  // would overflow if it counted
+  REQUIRE_THROWS_MATCHES(simpler::validate(t), UsageError, WhatContains("shapes[1]"));
+
+  // The range may end exactly at the top of the address space, not one byte past it.
+  ContinuousTensor top;
+  top.ndims = 1;
+  top.dtype = DataType::UInt8;
+  top.shapes[0] = 16;
+  top.data = std::numeric_limits<std::uint64_t>::max() - 16;  // last byte at 2^64 - 2
+  CHECK_NOTHROW(simpler::validate(top));
+  top.data += 1;  // its end would be 2^64, past the address space
+  REQUIRE_THROWS_MATCHES(simpler::validate(top), UsageError, WhatContains("wraps"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // TaskArgs / TaskArgsView
 // ---------------------------------------------------------------------------------------------
