@@ -1,9 +1,10 @@
 // simpler::detail::SmallVec — a vector of trivially copyable values with inline storage.
 //
 // Used for task arguments and per-slot bookkeeping so that building and storing a task with a few
-// tensors allocates nothing, and a recycled slot keeps whatever capacity it grew to. N = 0 gives
-// no inline storage and a 16-byte object: for fields of records kept by the thousand (a task's
-// slot), where a small record matters more than saving the first allocation, since a reused
+// tensors allocates nothing, and a recycled slot keeps whatever capacity it grew to. With inline
+// storage the object points into itself, so it is moved and copied only through its members. N = 0
+// gives no inline storage and a 16-byte object: for fields of records kept by the thousand (a
+// task's slot), where a small record matters more than saving the first allocation, since a reused
 // record keeps its storage. Not thread-safe; the usual single-owner rules of std::vector apply.
 #pragma once
 
@@ -41,8 +42,8 @@ class SmallVec {
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] std::size_t capacity() const noexcept { return cap_; }
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
-  [[nodiscard]] T* data() noexcept { return ptr(); }
-  [[nodiscard]] const T* data() const noexcept { return ptr(); }
+  [[nodiscard]] T* data() noexcept { return data_; }
+  [[nodiscard]] const T* data() const noexcept { return data_; }
   T& operator[](std::size_t i) noexcept { return ptr()[i]; }
   const T& operator[](std::size_t i) const noexcept { return ptr()[i]; }
   T* begin() noexcept { return ptr(); }
@@ -77,9 +78,15 @@ class SmallVec {
   }
 
  private:
-  // With inline storage, heap_ is null until the values spill; without, it is the storage.
-  T* ptr() noexcept { return N == 0 || heap_ != nullptr ? heap_ : inline_.get(); }
-  const T* ptr() const noexcept { return N == 0 || heap_ != nullptr ? heap_ : inline_.get(); }
+  // data_ is the storage in use: the inline bytes until the values spill (null without them),
+  // then the heap block. One load per access: the submit path indexes these vectors often,
+  // and choosing between a heap pointer and the inline bytes at each access cost a compare and
+  // a conditional move every time.
+  T* ptr() noexcept { return data_; }
+  const T* ptr() const noexcept { return data_; }
+  [[nodiscard]] bool on_heap() const noexcept {
+    return N == 0 ? data_ != nullptr : data_ != inline_.get();
+  }
   // The first heap storage: twice the inline capacity, or a cache line's worth without one.
   static constexpr std::size_t kFirst = N != 0 ? 2 * N : (64 / sizeof(T) > 2 ? 64 / sizeof(T) : 2);
   void grow(std::size_t n) {
@@ -88,17 +95,17 @@ class SmallVec {
     T* fresh = static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{alignof(T)}));
     if (size_ != 0) std::memcpy(fresh, ptr(), size_ * sizeof(T));
     release();
-    heap_ = fresh;
+    data_ = fresh;
     cap_ = static_cast<std::uint32_t>(n);
   }
   void release() noexcept {
-    if (heap_ != nullptr) ::operator delete (heap_, std::align_val_t{alignof(T)});
-    heap_ = nullptr;
+    if (on_heap()) ::operator delete (data_, std::align_val_t{alignof(T)});
+    data_ = inline_.get();
     cap_ = N;
   }
   void steal(SmallVec& o) noexcept {
-    if (o.heap_ != nullptr) {
-      heap_ = std::exchange(o.heap_, nullptr);
+    if (o.on_heap()) {
+      data_ = std::exchange(o.data_, o.inline_.get());
       cap_ = std::exchange(o.cap_, static_cast<std::uint32_t>(N));
     } else if (o.size_ != 0) {
       std::memcpy(inline_.get(), o.inline_.get(), o.size_ * sizeof(T));
@@ -118,7 +125,7 @@ class SmallVec {
     const T* get() const noexcept { return nullptr; }
   };
 
-  T* heap_ = nullptr;
+  T* data_ = inline_.get();  // the address of a later member: allowed before it is built
   std::uint32_t size_ = 0;
   std::uint32_t cap_ = N;
   [[no_unique_address]] Inline<N> inline_;
