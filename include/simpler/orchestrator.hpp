@@ -69,7 +69,9 @@ class OrchestratorBase {
   };
 
   /// Submits a task for a next-level worker: `worker`, or any idle one with any_worker.
-  SubmitResult submit_next_level(const CallableHandle& callable, TaskArgs args,
+  /// The arguments are copied into the task's slot; `args` is only read (by reference, so a
+  /// chained `TaskArgs().add_tensor(...)` is not copied a second time on the way in).
+  SubmitResult submit_next_level(const CallableHandle& callable, const TaskArgs& args,
                                  const CallConfig& config = default_call_config(),
                                  WorkerId worker = any_worker);
   /// One task run by args.size() next-level workers at once (member i on workers[i], or on any
@@ -78,11 +80,11 @@ class OrchestratorBase {
                                        const CallConfig& config = default_call_config(),
                                        std::vector<WorkerId> workers = {});
   /// Submits a host task for a sub worker: `worker`, or any idle one.
-  SubmitResult submit_sub(const CallableHandle& callable, TaskArgs args = {},
+  SubmitResult submit_sub(const CallableHandle& callable, const TaskArgs& args = {},
                           WorkerId worker = any_worker);
   /// submit_sub with a CallConfig; sub workers use only its `timeout` (the task's deadline).
-  SubmitResult submit_sub(const CallableHandle& callable, TaskArgs args, const CallConfig& config,
-                          WorkerId worker = any_worker);
+  SubmitResult submit_sub(const CallableHandle& callable, const TaskArgs& args,
+                          const CallConfig& config, WorkerId worker = any_worker);
   /// One host task run by args.size() sub workers at once.
   SubmitResult submit_sub_group(const CallableHandle& callable, std::vector<TaskArgs> args,
                                 std::vector<WorkerId> workers = {},
@@ -209,6 +211,9 @@ class OrchestratorBase {
   /// scratch_holds_), so the bytes outlive the task using them even after their scope ended.
   /// UsageError when no live allocation holds it (its scope ended, or a stray pointer).
   void hold_heap_owner(const char* api, std::int32_t index, const ContinuousTensor& t) {
+    // One compare for the usual tensor, outside every ring (the rings' addresses span
+    // [heap_lo_, heap_lo_ + heap_span_), usually back to back).
+    if (t.data - heap_lo_ >= heap_span_) return;
     for (std::size_t k = 0; k < heaps_.size(); ++k) {
       const auto off = t.data - reinterpret_cast<std::uintptr_t>(heaps_[k].base());
       if (off < heaps_[k].size()) [[unlikely]] {
@@ -325,6 +330,9 @@ class OrchestratorBase {
   std::size_t tmap_sweep_at_ = kTensorMapSweepMin;  ///< sweep past this many writer-less made
   std::array<detail::HeapRing, detail::kHeapRingCount> heaps_;
   std::size_t heap_ring_size_;
+  /// The lowest ring's base and the bytes from it to the highest ring's end (0: no rings).
+  std::uintptr_t heap_lo_ = 0;
+  std::uintptr_t heap_span_ = 0;
   std::array<std::vector<TaskSlot>, kMaxScopeDepth> frames_;
   /// A frame is compacted (its finished tasks give their slots back) when it reaches this size.
   static constexpr std::size_t kFrameCompactMin = 1024;

@@ -49,6 +49,16 @@ inline OrchestratorBase::OrchestratorBase(detail::EngineCore& core,
     for (int i = 0; i < made; ++i) detail::unmap_region(heaps_[i].base(), heap_ring_size_);
     throw;
   }
+  if (heap_ring_size_ != 0) {
+    std::uintptr_t lo = UINTPTR_MAX;
+    std::uintptr_t hi = 0;
+    for (const auto& h : heaps_) {
+      lo = std::min(lo, reinterpret_cast<std::uintptr_t>(h.base()));
+      hi = std::max(hi, reinterpret_cast<std::uintptr_t>(h.base()) + h.size());
+    }
+    heap_lo_ = lo;
+    heap_span_ = hi - lo;
+  }
 }
 
 inline OrchestratorBase::~OrchestratorBase() {
@@ -167,6 +177,9 @@ inline void OrchestratorBase::check_targets(Role role, const detail::CallableReg
     throw UsageError(fmt::format("Orchestrator::{}: this Worker has no {} workers{}", api, what,
                                  role == Role::Sub ? "; set WorkerOptions::num_sub_workers" : ""));
   }
+  // The usual submit, one sub task for any sub worker, needs no count: a sub worker's leaf runs
+  // sub callables only (Worker::add_child), and the callable's kind was checked.
+  if (role == Role::Sub && members == 1 && (targets.empty() || targets[0] == any_worker)) return;
   if (members == 0) {
     throw UsageError(fmt::format("Orchestrator::{}: a group needs at least one member", api));
   }
@@ -280,8 +293,8 @@ inline void OrchestratorBase::check_restricted(const detail::CallableRegistry::E
 }
 
 inline SubmitResult OrchestratorBase::submit_next_level(const CallableHandle& callable,
-                                                        TaskArgs args, const CallConfig& config,
-                                                        WorkerId worker) {
+                                                        const TaskArgs& args,
+                                                        const CallConfig& config, WorkerId worker) {
   return submit(Role::NextLevel, callable, std::span<const TaskArgs>(&args, 1), config,
                 std::span<const WorkerId>(&worker, 1), "submit_next_level");
 }
@@ -293,14 +306,15 @@ inline SubmitResult OrchestratorBase::submit_next_level_group(const CallableHand
   return submit(Role::NextLevel, callable, args, config, workers, "submit_next_level_group");
 }
 
-inline SubmitResult OrchestratorBase::submit_sub(const CallableHandle& callable, TaskArgs args,
-                                                 WorkerId worker) {
+inline SubmitResult OrchestratorBase::submit_sub(const CallableHandle& callable,
+                                                 const TaskArgs& args, WorkerId worker) {
   return submit(Role::Sub, callable, std::span<const TaskArgs>(&args, 1), default_call_config(),
                 std::span<const WorkerId>(&worker, 1), "submit_sub");
 }
 
-inline SubmitResult OrchestratorBase::submit_sub(const CallableHandle& callable, TaskArgs args,
-                                                 const CallConfig& config, WorkerId worker) {
+inline SubmitResult OrchestratorBase::submit_sub(const CallableHandle& callable,
+                                                 const TaskArgs& args, const CallConfig& config,
+                                                 WorkerId worker) {
   return submit(Role::Sub, callable, std::span<const TaskArgs>(&args, 1), config,
                 std::span<const WorkerId>(&worker, 1), "submit_sub");
 }
@@ -624,7 +638,19 @@ inline void OrchestratorBase::infer_and_wire(Slot& s) {
   // still poisons it when it fails.
   auto& ps = scratch_producers_;
   if (ps.size() > 1) {
-    std::sort(ps.begin(), ps.end());
+    // Usually a handful of entries: an insertion sort, where std::sort's set-up cost more than
+    // the sorting.
+    if (ps.size() <= 16) {
+      TaskSlot* const p = ps.data();
+      for (std::size_t i = 1; i < ps.size(); ++i) {
+        const TaskSlot v = p[i];
+        std::size_t j = i;
+        for (; j > 0 && p[j - 1] > v; --j) p[j] = p[j - 1];
+        p[j] = v;
+      }
+    } else {
+      std::sort(ps.begin(), ps.end());
+    }
     ps.resize_uninit(static_cast<std::size_t>(
         std::unique(ps.begin(), ps.end(), [](TaskSlot a, TaskSlot b) { return a >> 1 == b >> 1; }) -
         ps.begin()));
