@@ -597,7 +597,7 @@ TEST_CASE("a chain whose steps turn costly goes back to the lanes after one of t
   constexpr int kCheap = 600;
   constexpr int kCostly = 300;
   // The costly steps that may still run at submit: those before the next look (one look every
-  // kBacklogLookEvery = 32 submits) and the one it times.
+  // kBacklogLookEvery = 32 submits) and the two it times (one slow sample has the next timed).
   constexpr int kMayRunHere = 2 * 32;
   bool cheap_ran_here = false;
   for (int attempt = 0; attempt < 3 && !cheap_ran_here; ++attempt) {

@@ -268,6 +268,7 @@ class OrchestratorBase {
   std::uint32_t costly_pause_ = 0;  ///< looks left before lanes_find_tasks_cheap listens again
   bool cheap_at_submit_ = false;    ///< the last timed task run at submit was cheap
   bool time_at_submit_ = false;     ///< time the next task run at submit
+  bool slow_sample_ = false;        ///< the last timed task was slow, the next one decides
   std::uint32_t submit_pick_ = 0;   ///< rotates any-worker tasks run at submit over the lanes
   /// Hands a ready task to the scheduler's pass: a single one through the ready ring, with its
   /// routing fields (the pass then need not read its slot); a group, a poisoned task, or any

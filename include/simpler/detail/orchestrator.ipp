@@ -871,6 +871,7 @@ inline bool OrchestratorBase::sub_backlogged() noexcept {
     backlogged_ = waiting >= kBacklogPerLane * lanes || lanes_find_tasks_cheap();
   }
   time_at_submit_ = backlogged_;  // the first task run at submit after a look is timed
+  slow_sample_ = false;
   return backlogged_;
 }
 
@@ -908,12 +909,22 @@ inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noe
   bool failed = false;
   if (time_at_submit_) {
     // One task per look is timed (a vDSO clock read on each side), to tell cheap tasks from
-    // others (sub_backlogged). A task preempted while timed reads as not cheap: the safe side.
-    time_at_submit_ = false;
+    // others (sub_backlogged). One slow sample says little: a preemption, or the first run at
+    // submit after a stretch of hand-overs, over code and lines this thread has not touched
+    // lately (in a chain of empty steps, one run in two read a step as costly that way). So a
+    // slow sample has the next task run at submit timed as well, and only two slow ones in a
+    // row count as costly (one more costly task runs here before the pause).
     const auto t0 = std::chrono::steady_clock::now();
     failed = lane.run_here(lane, s) != Outcome::Success;
-    cheap_at_submit_ = std::chrono::steady_clock::now() - t0 < kCheapAtSubmit;
-    if (!cheap_at_submit_) costly_pause_ = kCostlyPauseLooks;
+    const bool cheap = std::chrono::steady_clock::now() - t0 < kCheapAtSubmit;
+    if (cheap || slow_sample_) {
+      time_at_submit_ = false;
+      slow_sample_ = false;
+      cheap_at_submit_ = cheap;
+      if (!cheap) costly_pause_ = kCostlyPauseLooks;
+    } else {
+      slow_sample_ = true;  // time_at_submit_ stays set: the next one decides
+    }
   } else {
     failed = lane.run_here(lane, s) != Outcome::Success;
   }
@@ -1421,6 +1432,7 @@ inline void OrchestratorBase::begin_run() {
   backlog_countdown_ = 1;
   cheap_at_submit_ = false;
   time_at_submit_ = false;
+  slow_sample_ = false;
   scope_begin();
 }
 
