@@ -125,10 +125,10 @@ class SmallVec {
     const T* get() const noexcept { return nullptr; }
   };
 
-  T* data_ = inline_.get();  // the address of a later member: allowed before it is built
+  [[no_unique_address]] Inline<N> inline_;  // first: data_'s initialiser takes its address
+  T* data_ = inline_.get();
   std::uint32_t size_ = 0;
   std::uint32_t cap_ = N;
-  [[no_unique_address]] Inline<N> inline_;
 };
 
 }  // namespace simpler::detail
