@@ -4,9 +4,11 @@
 // refused at submit.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 
 #include <simpler/simpler.hpp>
@@ -145,6 +147,53 @@ TEST_CASE("a heap buffer used after its scope ended is refused, and the run's ta
   });
   CHECK(ran.load() == 2);
   CHECK(w.stats().heap_rings[0].used == 0);
+  w.close();
+}
+
+TEST_CASE("a heap buffer in every ring is held while live and refused once its scope ended",
+          "[heap-lifetime][scope][usage]") {
+  // The submit checks a tensor against all rings' addresses with one compare before it looks for
+  // its ring (OrchestratorBase::hold_heap_owner): each ring, wherever the kernel mapped it, must
+  // still be looked at. Scope depth d allocates from ring min(d - 1, 3); the run is depth 1.
+  Worker w(thread_options(1));
+  std::atomic<int> ran{0};
+  const auto count = w.register_sub("count", [&](TaskArgsView) { ran.fetch_add(1); });
+  w.init();
+  constexpr int kExtraScopes = detail::kHeapRingCount;  // one past the last ring: it is reused
+  int submitted = 0;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    for (int extra = 1; extra <= kExtraScopes; ++extra) {
+      INFO("scopes opened inside the run: " << extra);
+      for (int k = 0; k < extra; ++k) o.scope_begin();
+      const int ring = std::min(extra, detail::kHeapRingCount - 1);
+      const ContinuousTensor x = o.alloc({kN}, DataType::Int64);
+      const ContinuousTensor unused = o.alloc({kN}, DataType::Int64);
+      CHECK(w.stats().heap_rings[static_cast<std::size_t>(ring)].used >= 2 * x.nbytes());
+      // Accepted while its scope is open, whole and in part.
+      o.submit_sub(count, TaskArgs().add_tensor(x, TensorArgType::Input));
+      ContinuousTensor part = x;
+      part.shapes[0] = kN / 2;
+      part.data += part.nbytes();
+      o.submit_sub(count, TaskArgs().add_tensor(part, TensorArgType::Input));
+      submitted += 2;
+      ContinuousTensor past = unused;  // the last allocation of the ring: nothing lies past it
+      past.data += unused.nbytes();
+      CHECK_THROWS_MATCHES(o.submit_sub(count, TaskArgs().add_tensor(past, TensorArgType::Input)),
+                           UsageError,
+                           WhatContains("heap ring " + std::to_string(ring)) &&
+                               WhatContains("not within one live allocation"));
+      o.scope_end();
+      // unused has no task to hold it past its scope (x's tasks may: they may still run). The
+      // ring may already have taken its bytes back, so the message is either of the two.
+      CHECK_THROWS_MATCHES(
+          o.submit_sub(count, TaskArgs().add_tensor(unused, TensorArgType::Input)), UsageError,
+          WhatContains("tensor 0") &&
+              (WhatContains("scope has ended") || WhatContains("not within one live allocation")));
+      for (int k = 1; k < extra; ++k) o.scope_end();
+    }
+  });
+  CHECK(ran.load() == submitted);
+  for (const auto& h : w.stats().heap_rings) CHECK(h.used == 0);
   w.close();
 }
 

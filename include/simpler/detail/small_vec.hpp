@@ -44,13 +44,13 @@ class SmallVec {
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] T* data() noexcept { return data_; }
   [[nodiscard]] const T* data() const noexcept { return data_; }
-  T& operator[](std::size_t i) noexcept { return ptr()[i]; }
-  const T& operator[](std::size_t i) const noexcept { return ptr()[i]; }
-  T* begin() noexcept { return ptr(); }
-  T* end() noexcept { return ptr() + size_; }
-  const T* begin() const noexcept { return ptr(); }
-  const T* end() const noexcept { return ptr() + size_; }
-  T& back() noexcept { return ptr()[size_ - 1]; }
+  T& operator[](std::size_t i) noexcept { return data_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  T* begin() noexcept { return data_; }
+  T* end() noexcept { return data_ + size_; }
+  const T* begin() const noexcept { return data_; }
+  const T* end() const noexcept { return data_ + size_; }
+  T& back() noexcept { return data_[size_ - 1]; }
 
   void clear() noexcept { size_ = 0; }
   void reserve(std::size_t n) {
@@ -65,25 +65,19 @@ class SmallVec {
     if (size_ == cap_) {
       const T copy = v;  // v may live inside this vector
       grow(std::size_t{cap_} * 2);
-      ptr()[size_++] = copy;
+      data_[size_++] = copy;
       return;
     }
-    ptr()[size_++] = v;
+    data_[size_++] = v;
   }
   void pop_back() noexcept { --size_; }
   void assign(const T* src, std::size_t n) {
     reserve(n);
-    if (n != 0) std::memmove(ptr(), src, n * sizeof(T));
+    if (n != 0) std::memmove(data_, src, n * sizeof(T));
     size_ = static_cast<std::uint32_t>(n);
   }
 
  private:
-  // data_ is the storage in use: the inline bytes until the values spill (null without them),
-  // then the heap block. One load per access: the submit path indexes these vectors often,
-  // and choosing between a heap pointer and the inline bytes at each access cost a compare and
-  // a conditional move every time.
-  T* ptr() noexcept { return data_; }
-  const T* ptr() const noexcept { return data_; }
   [[nodiscard]] bool on_heap() const noexcept {
     return N == 0 ? data_ != nullptr : data_ != inline_.get();
   }
@@ -93,7 +87,7 @@ class SmallVec {
     if (n < kFirst) n = kFirst;
     if (n > UINT32_MAX) throw std::bad_alloc();
     T* fresh = static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{alignof(T)}));
-    if (size_ != 0) std::memcpy(fresh, ptr(), size_ * sizeof(T));
+    if (size_ != 0) std::memcpy(fresh, data_, size_ * sizeof(T));
     release();
     data_ = fresh;
     cap_ = static_cast<std::uint32_t>(n);
@@ -126,6 +120,10 @@ class SmallVec {
   };
 
   [[no_unique_address]] Inline<N> inline_;  // first: data_'s initialiser takes its address
+  // The storage in use: the inline bytes until the values spill (null without them), then the
+  // heap block. One load per access: the submit path indexes these vectors often, and choosing
+  // between a heap pointer and the inline bytes at each access cost a compare and a conditional
+  // move every time.
   T* data_ = inline_.get();
   std::uint32_t size_ = 0;
   std::uint32_t cap_ = N;
