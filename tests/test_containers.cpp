@@ -511,6 +511,21 @@ void random_against_map(std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   Index ix;
   std::map<std::uint64_t, std::uint64_t> ref;
+  // lower_bound of keys at and just past `k`, the last key inserted or erased: where the
+  // index looks first (the leaf of its last insert), inside it, past it and in the next leaf.
+  const auto check_near = [&](std::uint64_t k) {
+    for (const std::uint64_t q : {k, k + 1, k + 1 + rng() % 16, k + 1 + rng() % 256}) {
+      const auto want = ref.lower_bound(q);
+      const auto got = ix.lower_bound(q);
+      INFO("lower_bound(" << q << ") after a change at " << k);
+      if (want == ref.end()) {
+        REQUIRE(got == ix.end());
+      } else {
+        REQUIRE(got != ix.end());
+        REQUIRE(got.key() == want->first);
+      }
+    }
+  };
   // Phases: grow to ~2000 keys, shrink to a few, grow again, empty completely; clustered and
   // scattered keys, so leaves split, empty out and merge at both ends and in the middle.
   const int phases[] = {3000, -2900, 2500, -100000, 500};
@@ -551,6 +566,7 @@ void random_against_map(std::uint64_t seed) {
         } else {
           REQUIRE(it.key() == next->first);
         }
+        check_near(k);
       } else {
         if (ref.empty()) break;
         auto r = ref.lower_bound(rng() % 5000);
@@ -559,6 +575,7 @@ void random_against_map(std::uint64_t seed) {
         REQUIRE(it != ix.end());
         REQUIRE(it.key() == r->first);
         REQUIRE(ix.find(5000 + rng() % 10) == ix.end());
+        const std::uint64_t gone = r->first;
         r = ref.erase(r);
         it = ix.erase(it);
         if (r == ref.end()) {
@@ -567,6 +584,7 @@ void random_against_map(std::uint64_t seed) {
           REQUIRE(it != ix.end());
           REQUIRE(it.key() == r->first);
         }
+        check_near(gone);
       }
       if (s % 97 == 0) check_same(ix, ref, rng);
     }

@@ -156,6 +156,14 @@ class OrderedIndex {
     // Past the last key (an append: keys that grow, as tensors allocated in address order do):
     // no walk from the root.
     if (last_->n != 0 && last_->keys[last_->n - 1] < k) return end();
+    // Near the last insert (keys that grow inside the map, as a run's new tensors do below
+    // older ones): the finger's leaf or the first key after it answers without a walk.
+    if (Leaf* f = finger_; f != nullptr && f->n != 0 && !(k < f->keys[0])) {
+      if (!(f->keys[f->n - 1] < k)) return {f, lower(f->keys, f->n, k)};
+      Leaf* nx = f->next;  // not empty: only a root leaf may be
+      if (nx == nullptr) return end();
+      if (!(nx->keys[0] < k)) return {nx, 0};
+    }
     Leaf* l = leaf_for(k);
     const std::uint32_t i = lower(l->keys, l->n, k);
     if (i == l->n) return l->next != nullptr ? iterator(l->next, 0) : end();
@@ -294,6 +302,7 @@ class OrderedIndex {
   /// Drops every entry. The nodes go back to the pools (a map refilled to the same size
   /// allocates nothing); the pools free them with the map.
   void clear() noexcept {
+    finger_ = nullptr;
     recycle(root_);
     reset();  // takes a leaf back from the pool: no allocation
   }
@@ -348,6 +357,7 @@ class OrderedIndex {
     if (l->n < kLeafCap) {
       put(l, i, k, v);
       ++size_;
+      finger_ = l;
       return {l, i};
     }
     // Everything the split may take from the pools first: nothing after this can throw, so a
@@ -364,6 +374,7 @@ class OrderedIndex {
       last_ = r;
       put(r, 0, k, v);
       add_child(l, k, r);
+      finger_ = r;
       return {r, 0};
     }
     // Full: the upper half moves to a new leaf after it, which the parent then separates.
@@ -381,9 +392,11 @@ class OrderedIndex {
     add_child(l, r->keys[0], r);
     if (i <= h) {
       put(l, i, k, v);
+      finger_ = l;
       return {l, i};
     }
     put(r, i - h, k, v);
+    finger_ = r;
     return {r, i - h};
   }
 
@@ -538,8 +551,10 @@ class OrderedIndex {
       l->prev = l->next = nullptr;
       root_ = first_ = last_ = l;
       size_ = 0;
+      finger_ = nullptr;
       return;
     }
+    if (l == finger_) finger_ = nullptr;
     leaves_.put(l);
   }
   // Appends b (the leaf after a, same parent) to a and drops b.
@@ -556,6 +571,10 @@ class OrderedIndex {
   Node* root_ = nullptr;
   Leaf* first_ = nullptr;
   Leaf* last_ = nullptr;
+  // The leaf of the last insert, where lower_bound looks first; null when that leaf went back
+  // to the pool (a pooled leaf's fields mean nothing) or the tree emptied. Any leaf in the tree
+  // answers correctly: the finger only decides where to look.
+  Leaf* finger_ = nullptr;
   std::size_t size_ = 0;
   RecordPool<Leaf> leaves_;
   RecordPool<Inner> inners_;
