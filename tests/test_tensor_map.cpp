@@ -453,6 +453,32 @@ TEST_CASE("sweep drops stale readers and the segments they leave empty", "[tenso
   CHECK(listed <= 1000);  // and the list never holds twice the live ones plus its inline room
 }
 
+TEST_CASE("a reader list of mostly live readers is not walked whole at every add", "[tensor-map]") {
+  // A fan-out: readers of one range pile up faster than they finish, one finishing between two
+  // adds. Compacting the full list at each add (it frees one entry, the add fills it again)
+  // made the adds quadratic; each compaction must be paid by as many adds as it walked.
+  TensorMap m;
+  std::set<std::uint32_t> finished;
+  std::uint64_t looked = 0;
+  const auto live = [&](const TensorReader& r) {
+    ++looked;
+    return finished.count(r.slot) == 0;
+  };
+  constexpr std::uint32_t kReaders = 20'000;
+  for (std::uint32_t i = 0; i < kReaders; ++i) {
+    if (i >= 4) finished.insert(i / 4);  // the oldest readers finish, one in four adds
+    m.add_reader(
+        0, 0, 64, {i, 0}, [](TaskSlot) {}, live);
+  }
+  INFO("live() calls for " << kReaders << " adds: " << looked);
+  CHECK(looked <= 4 * std::uint64_t{kReaders});
+  std::size_t listed = 0;
+  m.for_each_segment([&](std::uint64_t, std::uint64_t, std::uint64_t, TaskSlot,
+                         std::span<const TensorReader> rs) { listed = rs.size(); });
+  CHECK(listed >= kReaders - kReaders / 4);  // every live one is kept
+  CHECK(listed <= kReaders);
+}
+
 TEST_CASE(
     "random reads, writes, retires and sweeps agree with a per-byte model of writers and "
     "readers",

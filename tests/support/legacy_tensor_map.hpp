@@ -215,7 +215,10 @@ class LegacyTensorMap {
   template <class Live>
   static void add_to(SmallVec<TensorReader, 2>& rs, TensorReader r, Live& live) {
     if (!rs.empty() && rs.back() == r) return;  // the same task reads these bytes twice
-    if (rs.size() == rs.capacity()) compact(rs, live);
+    if (rs.size() == rs.capacity()) {  // as TensorMap::add_to: the same lists, same moments
+      compact(rs, live);
+      if (2 * rs.size() > rs.capacity()) rs.reserve(2 * rs.capacity());
+    }
     rs.push_back(r);
   }
 

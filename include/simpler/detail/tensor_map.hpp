@@ -354,10 +354,17 @@ class TensorMap {
     }
     rs.resize_uninit(kept);
   }
+  // A full list compacts before it grows. When that frees less than half of it, the list
+  // doubles at once: otherwise a list of mostly live readers (a fan-out whose readers have not
+  // run yet), losing one finished reader between two adds, would be walked whole at every add.
+  // So a compaction over n readers comes at most once per n/2 adds.
   template <class Live>
   static void add_to(SmallVec<TensorReader, kInlineReaders>& rs, TensorReader r, Live& live) {
     if (!rs.empty() && rs.back() == r) return;  // the same task reads these bytes twice
-    if (rs.size() == rs.capacity()) compact(rs, live);
+    if (rs.size() == rs.capacity()) {
+      compact(rs, live);
+      if (2 * rs.size() > rs.capacity()) rs.reserve(2 * rs.capacity());
+    }
     rs.push_back(r);
   }
 
