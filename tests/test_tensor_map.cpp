@@ -453,6 +453,49 @@ TEST_CASE("sweep drops stale readers and the segments they leave empty", "[tenso
   CHECK(listed <= 1000);  // and the list never holds twice the live ones plus its inline room
 }
 
+TEST_CASE("the hash index keeps its size while the segments swing, and shrinks once they stay few",
+          "[tensor-map]") {
+  // A DAG over many buffers: tasks make segments, a sweep drops them in bulk, the next tasks
+  // make as many again. Shrinking at each erasure halved the index down to nothing and doubled
+  // it back at every such swing; it shrinks at a sweep, to what the period before needed.
+  TensorMap m;
+  const auto live = [](const TensorReader&) { return false; };  // every reader has finished
+  const auto swing = [&](std::uint64_t n) {
+    for (std::uint64_t i = 0; i < n; ++i) {
+      m.add_reader(
+          0, i * 64, i * 64 + 8, {static_cast<TaskSlot>(i), 0}, [](TaskSlot) {}, live);
+    }
+    m.sweep(live);  // every segment of the swing is writer-less and stale
+    REQUIRE(m.size() == 0);
+  };
+  swing(8192);
+  const std::size_t full = m.index_slots();
+  INFO("index slots after the first swing: " << full);
+  CHECK(full >= 2 * 8192);
+  for (int k = 0; k < 5; ++k) {
+    swing(8192);
+    CHECK(m.index_slots() == full);  // neither shrunk at the sweep nor grown by the next swing
+  }
+  // A small swing: its sweep fits the index to what it needed.
+  swing(100);
+  CHECK(m.index_slots() <= 1024);
+  CHECK(m.index_slots() >= 64);
+  swing(3000);  // and it grows again as needed, every segment findable
+  for (std::uint64_t i = 0; i < 3000; ++i) {
+    m.add_reader(
+        0, i * 64, i * 64 + 8, {1, 1}, [](TaskSlot) {}, live);
+  }
+  CHECK(m.size() == 3000);
+  for (std::uint64_t i = 0; i < 3000; i += 7) {
+    std::size_t readers = 0;
+    m.for_each_segment([&](std::uint64_t, std::uint64_t b, std::uint64_t, TaskSlot,
+                           std::span<const TensorReader> rs) {
+      if (b == i * 64) readers = rs.size();
+    });
+    REQUIRE(readers == 1);
+  }
+}
+
 TEST_CASE("a reader list of mostly live readers is not walked whole at every add", "[tensor-map]") {
   // A fan-out: readers of one range pile up faster than they finish, one finishing between two
   // adds. Compacting the full list at each add (it frees one entry, the add fills it again)
@@ -960,7 +1003,8 @@ namespace {
 int out_of_memory_child() {
   TensorMap m;
   // 140k segments in random order, then 80k of them erased again (and their holes swept): the
-  // pools keep the records and tree nodes for them, and the hash index shrinks to 2^18 slots.
+  // pools keep the records and tree nodes for them, and the hash index shrinks to 2^18 slots
+  // (at the second sweep: a sweep fits the index to the peak since the sweep before).
   // Re-inserting them then needs new memory only when the index grows, past 2^17 segments.
   constexpr std::uint64_t kAll = 140'000;
   constexpr std::uint64_t kBack = 80'000;
@@ -972,6 +1016,7 @@ int out_of_memory_child() {
     const std::uint64_t i = order[k];
     m.erase_owned(0, i * 128, i * 128 + 64, static_cast<TaskSlot>(i));
   }
+  m.sweep([](const simpler::detail::TensorReader&) { return true; });
   m.sweep([](const simpler::detail::TensorReader&) { return true; });
   if (m.size() != kAll - kBack) return 10;
 

@@ -268,12 +268,21 @@ class TensorMap {
         ++it;
       }
     }
+    // The index shrinks here, to what the period since the last sweep needed at its peak, not
+    // at each erasure: a map whose segments a sweep drops in bulk and the next tasks make again
+    // halved its index down to nothing and doubled it back up at every sweep (about a thousand
+    // rehashes per run of bench_engine's d2 row). A shrink costs O(index), and the index is at
+    // most 4x the peak, which the segments made since the last sweep paid for.
+    shrink_index_to_fit(index_peak_ > index_count_ ? index_peak_ : index_count_);
+    index_peak_ = index_count_;
   }
 
   /// Segments (holes are not segments).
   [[nodiscard]] std::size_t size() const noexcept { return tree_.size() - holes(); }
   /// Holes kept for a later writer of their range (for tests and diagnostics).
   [[nodiscard]] std::size_t holes() const noexcept { return holes_.size(); }
+  /// Slots of the hash index (for tests and diagnostics).
+  [[nodiscard]] std::size_t index_slots() const noexcept { return index_.size(); }
   /// Writer-less segments made since the last sweep (by reads of bytes nobody wrote, or by a
   /// writer leaving bytes that have readers): the only segments that can go stale, so what
   /// tells whether a sweep would find anything.
@@ -285,6 +294,7 @@ class TensorMap {
     tree_.clear();
     index_ = BigArray<IndexSlot>();
     index_count_ = 0;
+    index_peak_ = 0;
     holes_.clear();
     holes_.shrink_to_fit();
     hole_walk_at_ = TreeKey{};
@@ -558,7 +568,7 @@ class TensorMap {
   // Adds `s` to the index (after index_make_room(): cannot throw).
   void index_place(Seg* s) noexcept {
     place(IndexSlot{hash_of(s->key.space, s->key.begin), s});
-    ++index_count_;
+    if (++index_count_ > index_peak_) index_peak_ = index_count_;
   }
   void place(IndexSlot s) noexcept {
     const std::size_t mask = index_.size() - 1;
@@ -581,14 +591,18 @@ class TensorMap {
       }
     }
     index_[i] = IndexSlot{0, nullptr};
-    --index_count_;
-    if (index_.size() > 64 && index_count_ * 8 < index_.size()) {
-      // Shrinking saves memory but must not fail an erasure (the Orchestrator erases as tasks
-      // retire, where nothing may throw): without the memory, the table stays as it is.
-      try {
-        rehash(index_.size() / 2);
-      } catch (const std::bad_alloc&) {
-      }
+    --index_count_;  // the index shrinks only at a sweep (sweep())
+  }
+  // Halves the index while `need` entries would fill less than an eighth of it (64 slots at
+  // least), in one rehash. Shrinking saves memory but must not fail a sweep (the Orchestrator
+  // sweeps as tasks retire, where nothing may throw): without the memory, the table stays.
+  void shrink_index_to_fit(std::size_t need) noexcept {
+    std::size_t slots = index_.size();
+    while (slots > 64 && need * 8 < slots) slots /= 2;
+    if (slots == index_.size()) return;
+    try {
+      rehash(slots);
+    } catch (const std::bad_alloc&) {
     }
   }
   void rehash(std::size_t slots) {
@@ -603,6 +617,7 @@ class TensorMap {
   RecordPool<Seg> segs_;         // the segments' storage
   BigArray<IndexSlot> index_;    // empty until the first segment
   std::size_t index_count_ = 0;  // segments in index_: tree_.size()
+  std::size_t index_peak_ = 0;   // the most index_count_ was since the last sweep (or clear)
   std::vector<Seg*> holes_;      // the segments of tree_ that are holes
   TreeKey hole_walk_at_{};       // where drop_holes_but's next walk starts
   std::size_t writerless_made_ = 0;
