@@ -8,12 +8,13 @@
 // Iterators are (leaf, position) and, unlike std::map's, every insert() or erase() invalidates
 // them all, except the one each returns. A full leaf splits in half, except the last one when the
 // key goes after all others: keys inserted in order then leave full leaves behind (and a key past
-// the last one is found without a walk). Erasure removes a leaf once it is empty and merges a leaf
-// under a quarter full into a sibling of the same parent that has room, so the leaves stay
-// proportional to the keys; inner nodes are dropped only when empty. Nodes come from pools that
-// keep freed nodes, so a map that reached its working size allocates nothing more. An insert
-// whose split cannot get its nodes throws with the index unchanged (it takes them all before it
-// changes anything); erasure never allocates. Single-owner: not thread-safe.
+// the last one is found without a walk, as is one in the leaf of the last insert or just past
+// it: keys inserted in order below older ones). Erasure removes a leaf once it is empty and
+// merges a leaf under a quarter full into a sibling of the same parent that has room, so the
+// leaves stay proportional to the keys; inner nodes are dropped only when empty. Nodes come from
+// pools that keep freed nodes, so a map that reached its working size allocates nothing more. An
+// insert whose split cannot get its nodes throws with the index unchanged (it takes them all before
+// it changes anything); erasure never allocates. Single-owner: not thread-safe.
 #pragma once
 
 #include <algorithm>
