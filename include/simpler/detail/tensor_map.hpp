@@ -270,7 +270,7 @@ class TensorMap {
     }
     // The index shrinks here, to what the period since the last sweep needed at its peak, not
     // at each erasure: a map whose segments a sweep drops in bulk and the next tasks make again
-    // halved its index down to nothing and doubled it back up at every sweep (about a thousand
+    // halved its index down to nothing and doubled it back up at every sweep (about 7000
     // rehashes per run of bench_engine's d2 row). A shrink costs O(index), and the index is at
     // most 4x the peak, which the segments made since the last sweep paid for.
     shrink_index_to_fit(index_peak_ > index_count_ ? index_peak_ : index_count_);
