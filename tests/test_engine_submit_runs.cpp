@@ -356,6 +356,137 @@ TEST_CASE("what a task run at submit writes reaches its readers, auto-allocated 
   CHECK(b.w.orchestrator().live_tasks() == 0);
 }
 
+TEST_CASE("a task run at submit over settled bytes leaves no TensorMap entry",
+          "[engine][submit-runs][tensormap]") {
+  // Every task after the backlog reads and writes cells no unfinished task touches: it runs
+  // inside its submit and records nothing, so the map holds none of its bytes (a recorded reader
+  // of bytes nobody wrote leaves a writer-less segment until a sweep).
+  Blocked b(thread_options(1));
+  auto noop = b.w.register_sub("noop", [](TaskArgsView) {});
+  std::atomic<int> on_caller{0};
+  const std::thread::id caller = std::this_thread::get_id();
+  auto copy = b.w.register_sub("copy", [&](TaskArgsView v) {
+    if (std::this_thread::get_id() == caller) on_caller.fetch_add(1);
+    *v.tensor(1).as<std::int64_t>() = *v.tensor(0).as<const std::int64_t>() + 1;
+  });
+  b.w.init();
+  std::vector<std::int64_t> in(kTasks);
+  std::vector<std::int64_t> out(kTasks, -1);
+  for (int i = 0; i < kTasks; ++i) in[static_cast<std::size_t>(i)] = i;
+  std::size_t map_before = 0;
+  std::size_t map_after = 0;
+  b.run_held([&](Orchestrator& o) {
+    for (int i = 0; i < kTasks; ++i) o.submit_sub(noop);  // the backlog: no tensors
+    REQUIRE(ran_at_submit(b.w) > 0);
+    map_before = o.tensor_map_size();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      o.submit_sub(copy, TaskArgs()
+                             .add_tensor(cell(in[i]), TensorArgType::Input)
+                             .add_tensor(cell(out[i]), TensorArgType::OutputExisting));
+    }
+    map_after = o.tensor_map_size();
+  });
+  CHECK(on_caller == kTasks);  // the lanes were held: all of them ran at submit
+  CHECK(map_before == 0);
+  CHECK(map_after == 0);
+  for (int i = 0; i < kTasks; ++i) {
+    INFO("task " << i);
+    REQUIRE(out[static_cast<std::size_t>(i)] == i + 1);
+  }
+}
+
+TEST_CASE("a task at submit over bytes of an unfinished task waits for it as a handed-over one",
+          "[engine][submit-runs][tensormap]") {
+  // A reader and a writer queue behind the held lane before the backlog is seen; after it,
+  // a writer of what the reader reads (write-after-read) and a reader of what the writer writes
+  // (read-after-write) are ready to run at submit by every other measure, but must not run
+  // there: they wait for the queued tasks.
+  Blocked b(thread_options(1));
+  auto noop = b.w.register_sub("noop", [](TaskArgsView) {});
+  auto copy = b.w.register_sub("copy", [](TaskArgsView v) {
+    *v.tensor(1).as<std::int64_t>() = *v.tensor(0).as<const std::int64_t>();
+  });
+  auto put = b.w.register_sub("put", [](TaskArgsView v) {
+    *v.tensor(0).as<std::int64_t>() = static_cast<std::int64_t>(v.scalar(0));
+  });
+  b.w.init();
+  std::int64_t x = 1;
+  std::int64_t x_seen = -1;
+  std::int64_t y = 0;
+  std::int64_t y_seen = -1;
+  std::int64_t z = 0;
+  bool war_ran_at_submit = true;
+  bool raw_ran_at_submit = true;
+  std::uint64_t backlog_at_submit = 0;
+  b.run_held([&](Orchestrator& o) {
+    o.submit_sub(copy, TaskArgs()
+                           .add_tensor(cell(x), TensorArgType::Input)
+                           .add_tensor(cell(x_seen), TensorArgType::OutputExisting));
+    o.submit_sub(put, TaskArgs().add_tensor(cell(y), TensorArgType::OutputExisting).add_scalar(7));
+    for (int i = 0; i < kTasks; ++i) o.submit_sub(noop);
+    backlog_at_submit = ran_at_submit(b.w);
+    REQUIRE(backlog_at_submit > 0);
+    // A settled task still runs at submit here (the mode is on).
+    o.submit_sub(put, TaskArgs().add_tensor(cell(z), TensorArgType::OutputExisting).add_scalar(5));
+    REQUIRE(z == 5);
+    o.submit_sub(put, TaskArgs().add_tensor(cell(x), TensorArgType::OutputExisting).add_scalar(99));
+    war_ran_at_submit = x == 99;
+    o.submit_sub(copy, TaskArgs()
+                           .add_tensor(cell(y), TensorArgType::Input)
+                           .add_tensor(cell(y_seen), TensorArgType::OutputExisting));
+    raw_ran_at_submit = y_seen != -1;
+  });
+  CHECK_FALSE(war_ran_at_submit);
+  CHECK_FALSE(raw_ran_at_submit);
+  CHECK(x_seen == 1);  // the reader ran before the writer
+  CHECK(x == 99);
+  CHECK(y_seen == 7);  // the reader ran after the writer
+  CHECK(b.w.orchestrator().live_tasks() == 0);
+}
+
+TEST_CASE("a stretch of tasks run settled sweeps the entries of finished tasks from the map",
+          "[engine][submit-runs][tensormap]") {
+  // Readers handed to a free lane before any backlog leave writer-less segments, which only a
+  // sweep drops. Then a held lane's queue makes a backlog and the submits run settled tasks,
+  // which record nothing: after a few hundred of them the map drops what finished tasks left.
+  Worker w(thread_options(2));
+  Gate gate;
+  auto hold = w.register_sub("hold", [&](TaskArgsView) { gate.wait(20s); });
+  auto noop = w.register_sub("noop", [](TaskArgsView) {});
+  std::atomic<int> read{0};
+  auto look = w.register_sub("look", [&](TaskArgsView v) {
+    (void)*v.tensor(0).as<const std::int64_t>();
+    read.fetch_add(1);
+  });
+  w.init();
+  constexpr int kReaders = 16;
+  std::vector<std::int64_t> cells(kReaders, 3);
+  std::size_t map_with_readers = 0;
+  std::size_t map_after = 0;
+  std::uint64_t settled_runs = 0;
+  w.run([&](Orchestrator& o, TaskArgsView, const CallConfig&) {
+    struct Opener {
+      Gate& g;
+      ~Opener() { g.open(); }
+    } opener{gate};
+    o.submit_sub(hold, TaskArgs(), 0);
+    for (auto& c : cells)
+      o.submit_sub(look, TaskArgs().add_tensor(cell(c), TensorArgType::Input), 1);
+    REQUIRE(eventually([&] { return read.load() == kReaders; }));
+    map_with_readers = o.tensor_map_size();
+    // Queued behind the hold: a backlog from the next look on.
+    for (int i = 0; i < 64; ++i) o.submit_sub(noop, TaskArgs(), 0);
+    const std::uint64_t before = ran_at_submit(w);
+    for (int i = 0; i < 2000; ++i) o.submit_sub(noop);
+    settled_runs = ran_at_submit(w) - before;
+    map_after = o.tensor_map_size();
+  });
+  CHECK(map_with_readers == kReaders);
+  INFO(settled_runs << " of 2000 ran at submit");
+  REQUIRE(settled_runs > 1000);
+  CHECK(map_after == 0);
+}
+
 TEST_CASE("random tagged DAGs behind held lanes match the sequential oracle",
           "[engine][submit-runs][dag]") {
   // Held lanes make a backlog, so the ready tasks run at submit while those handed over before

@@ -453,6 +453,70 @@ TEST_CASE("sweep drops stale readers and the segments they leave empty", "[tenso
   CHECK(listed <= 1000);  // and the list never holds twice the live ones plus its inline room
 }
 
+TEST_CASE("settled asks every writer, and a write's readers, of the bytes a range touches",
+          "[tensor-map]") {
+  TensorMap m;
+  SlotSet unfinished;  // writers `done` rejects
+  std::set<TaskSlot> live_readers;
+  const auto done = [&](TaskSlot w) { return unfinished.count(w) == 0; };
+  const auto live = [&](const TensorReader& r) { return live_readers.count(r.slot) != 0; };
+  const auto settled = [&](std::uint64_t b, std::uint64_t e, bool readers) {
+    return m.settled(0, b, e, readers, done, live);
+  };
+  CHECK(settled(0, 4096, true));  // an empty map
+  m.insert(0, 100, 200, 5);
+  m.add_reader(
+      0, 300, 310, {6, 0}, [](TaskSlot) {}, live);
+  unfinished = {5};
+  live_readers = {6};
+  CHECK_FALSE(settled(100, 200, false));  // the exact range
+  CHECK_FALSE(settled(150, 160, false));  // inside it
+  CHECK_FALSE(settled(0, 101, false));    // its first byte
+  CHECK(settled(0, 100, true));           // up to it
+  CHECK(settled(200, 300, true));         // between the two
+  CHECK(settled(305, 306, false));        // a reader's bytes, for a reader
+  CHECK_FALSE(settled(305, 306, true));   // and for a writer
+  CHECK_FALSE(settled(250, 350, true));   // across it
+  CHECK_FALSE(settled(0, 4096, false));   // everything, for a reader: writer 5
+  CHECK(settled(1, 1, true));             // an empty range
+  unfinished.clear();
+  CHECK(settled(0, 4096, false));
+  CHECK_FALSE(settled(0, 4096, true));  // reader 6 is live
+  live_readers.clear();
+  CHECK(settled(0, 4096, true));
+  // A hole (the writer retired, nobody read) counts as settled.
+  m.erase_owned(0, 100, 200, 5);
+  unfinished = {5};
+  CHECK(settled(100, 200, true));
+  CHECK(m.size() == 1);
+}
+
+TEST_CASE("a sweep with a settled-writer test drops those writers as if they had retired",
+          "[tensor-map]") {
+  TensorMap m;
+  std::set<TaskSlot> live_readers = {3};
+  const auto live = [&](const TensorReader& r) { return live_readers.count(r.slot) != 0; };
+  m.insert(0, 0, 64, 1);     // settled writer, no readers: dropped
+  m.insert(0, 100, 164, 2);  // settled writer with a live reader: stays, writer-less
+  m.add_reader(
+      0, 100, 164, {3, 0}, [](TaskSlot) {}, live);
+  m.insert(0, 200, 264, 4);  // unfinished writer: stays
+  REQUIRE(m.size() == 3);
+  m.sweep(live, [](TaskSlot w) { return w != 4; });
+  CHECK(m.size() == 2);
+  CHECK(lookup(m, 0, 0, 64).empty());
+  CHECK(lookup(m, 0, 100, 164).empty());
+  CHECK(lookup(m, 0, 200, 264) == Producers{4});
+  SlotSet found_r;
+  m.insert(
+      0, 100, 164, 5, [](TaskSlot) {}, [&](const TensorReader& r) { found_r.insert(r.slot); });
+  CHECK(found_r == SlotSet{3});  // the live reader is still there for the next writer
+  // A plain sweep never drops a writer.
+  m.sweep(live);
+  CHECK(lookup(m, 0, 200, 264) == Producers{4});
+  CHECK(lookup(m, 0, 100, 164) == Producers{5});
+}
+
 TEST_CASE("the hash index keeps its size while the segments swing, and shrinks once they stay few",
           "[tensor-map]") {
   // A DAG over many buffers: tasks make segments, a sweep drops them in bulk, the next tasks

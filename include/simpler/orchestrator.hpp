@@ -231,15 +231,35 @@ class OrchestratorBase {
   /// Drops stale readers and empty segments (once as many writer-less segments were made as the
   /// map held after the last sweep), so the map stays bounded by live tasks.
   void sweep_tensor_map();
+  /// sweep_tensor_map, also dropping the entries of writers that finished and succeeded
+  /// (writer_settled): for a stretch of tasks run settled, which record nothing, so the map's
+  /// older entries would only make each of their looks walk further.
+  void sweep_settled() noexcept;
+  /// Whether the writer in slot `p` finished and succeeded: no later task needs its entries.
+  [[nodiscard]] bool writer_settled(TaskSlot p) const noexcept;
   void infer_and_wire(detail::Slot& s);
-  void publish(detail::Slot& s);
-  /// A task that is ready at its submit: runs it here when the sub workers have a backlog
-  /// (run_at_submit), else hands it to the scheduler.
-  void hand_over_or_run(detail::Slot& s) noexcept;
-  /// The lane whose leaf may run ready task `s` on this thread now (LaneCore::run_here), or
-  /// null: untimed single sub tasks, untraced runs, WorkerOptions::caller_runs_tasks, and only
-  /// while the sub workers have a backlog (sub_backlogged).
+  /// Makes the wired task `s` known: ready (no producer left), it runs through `runner` when
+  /// one was picked (hand_over_or_run); otherwise it waits for its producers.
+  void publish(detail::Slot& s, detail::LaneCore* runner = nullptr);
+  /// A task that is ready at its submit: runs it here through `runner` (the lane submit_runner
+  /// picked before wiring; run_at_submit) unless a failed producer poisoned it, else hands it
+  /// to the scheduler.
+  void hand_over_or_run(detail::Slot& s, detail::LaneCore* runner) noexcept;
+  /// The lane whose leaf may run task `s` on this thread if it is ready at its submit
+  /// (LaneCore::run_here), or null: untimed single sub tasks, untraced runs,
+  /// WorkerOptions::caller_runs_tasks, and only while the sub workers have a backlog or their
+  /// tasks are cheap (sub_backlogged). Asked once per sub submit, before the task is wired.
   [[nodiscard]] detail::LaneCore* submit_runner(const detail::Slot& s) noexcept;
+  /// Whether single task `s`, about to run at submit (submit_runner), touches only settled
+  /// bytes (TensorMap::settled): every writer of what it reads or writes finished and
+  /// succeeded, and with Hazards::All every reader of what it writes finished. Such a task is
+  /// ready, and since it finishes before the submit returns no later task can wait for it, so
+  /// it is neither recorded in the TensorMap nor wired: a later task touching its bytes finds a
+  /// finished writer or none, as it would once the task retired. Saves a run of tasks at submit
+  /// (bench_engine's d rows) the map's inserts and erasures, and the map its growth. Read-only:
+  /// false leaves everything to track_tensors.
+  [[nodiscard]] bool settled_at_submit(const detail::Slot& s, const TaskArgs& a,
+                                       bool auto_outputs) const noexcept;
   /// Whether ready sub tasks wait for a lane: at least kBacklogPerLane per sub worker in the
   /// ready ring and the scheduler's queues, looked at every kBacklogLookEvery calls (and known
   /// at once when the ready ring overflows). Once there is a backlog and the tasks run at submit
@@ -329,6 +349,10 @@ class OrchestratorBase {
   Hazards hazards_ = Hazards::All;
   static constexpr std::size_t kTensorMapSweepMin = 4096;
   std::size_t tmap_sweep_at_ = kTensorMapSweepMin;  ///< sweep past this many writer-less made
+  /// Tasks run settled (settled_at_submit) since the last sweep_settled: one comes once they
+  /// outnumber the map's entries by this many.
+  static constexpr std::size_t kSettledSweepMin = 256;
+  std::size_t settled_since_sweep_ = 0;
   std::array<detail::HeapRing, detail::kHeapRingCount> heaps_;
   std::size_t heap_ring_size_;
   /// The lowest ring's base and the bytes from it to the highest ring's end (0: no rings).

@@ -416,6 +416,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   // goes back to the pool; after, the fence waits for it, so it is failed and published.
   bool in_frame = false;
   SubmitResult result;
+  detail::LaneCore* runner = nullptr;
   try {
     fill_slot(s, role, entry, callable, members, config, custom_config, targets);
     if (heap) place_outputs(s, members, ring, *heap, result);
@@ -434,8 +435,18 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
       trace_reads_.clear();
       trace_orders_.clear();
     }
-    track_tensors(s, members, heap.has_value(), traced);
-    infer_and_wire(s);
+    // A task that will run here, before this submit returns, over bytes whose tasks have all
+    // finished needs no edge and no TensorMap entry (settled_at_submit).
+    runner = submit_runner(s);
+    if (runner != nullptr && settled_at_submit(s, members[0], heap.has_value())) {
+      // The map's entries of finished tasks make each such look walk them; once as many tasks
+      // ran settled as the map has entries, they go in one sweep (O(1) per task).
+      if (++settled_since_sweep_ > tmap_.entries() + kSettledSweepMin) [[unlikely]]
+        sweep_settled();
+    } else {
+      track_tensors(s, members, heap.has_value(), traced);
+      infer_and_wire(s);
+    }
     // The heap owners' references go with the task: it drops them when it ends.
     s.holds.clear();
     for (TaskSlot h : scratch_holds_) s.holds.push_back(h);
@@ -447,7 +458,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     throw;
   }
   holds.armed = false;  // the task owns them now
-  publish(s);
+  publish(s, runner);
   result.slot_id = s.id;
   // Retirements are collected every kDrainEvery submits, so each collection has a batch whose
   // cache misses overlap (see drain_retired); anything that needs a slot or heap space back
@@ -592,6 +603,30 @@ inline void OrchestratorBase::track_tensors(Slot& s, std::span<const TaskArgs> m
     sweep_tensor_map();
 }
 
+inline bool OrchestratorBase::settled_at_submit(const Slot& s, const TaskArgs& a,
+                                                bool auto_outputs) const noexcept {
+  const auto done = [this](TaskSlot p) { return writer_settled(p); };
+  const auto live = [this](const detail::TensorReader& r) { return reader_live(r); };
+  const WorkerId target = s.target(0);
+  for (std::int32_t i = 0; i < a.tensor_count(); ++i) {
+    // The same bytes track_tensors would record (it explains the choice of copy).
+    const ContinuousTensor& t = a.tensor(i);
+    const TensorArgType tag = a.tag(i);
+    const std::uint64_t bytes = t.nbytes();
+    const std::uint64_t data =
+        auto_outputs && tag == TensorArgType::Output && t.data == 0 ? s.tensors[i].data : t.data;
+    if (data == 0 || bytes == 0 || tag == TensorArgType::NoDep) continue;
+    // A write must also come after the readers of what it overwrites (Hazards::All). Its
+    // earlier writers must have succeeded even where it only overwrites them: their entries
+    // stay, and a later reader must not be skipped for a failure this task wrote over.
+    const bool readers = tag != TensorArgType::Input && hazards_ == Hazards::All;
+    if (!tmap_.settled(detail::space_of(t, target), data, data + bytes, readers, done, live)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 inline void OrchestratorBase::abandon_submit(Slot& s, bool in_frame,
                                              const detail::HeapRing::Allocation* heap, int ring,
                                              const char* api) noexcept {
@@ -630,6 +665,21 @@ inline bool OrchestratorBase::reader_live(const detail::TensorReader& r) const n
 inline void OrchestratorBase::sweep_tensor_map() {
   tmap_.sweep([this](const detail::TensorReader& r) { return reader_live(r); });
   tmap_sweep_at_ = std::max(kTensorMapSweepMin, tmap_.size());
+}
+
+inline void OrchestratorBase::sweep_settled() noexcept {
+  settled_since_sweep_ = 0;
+  if (tmap_.entries() == 0) return;
+  tmap_.sweep([this](const detail::TensorReader& r) { return reader_live(r); },
+              [this](TaskSlot p) { return writer_settled(p); });
+  tmap_sweep_at_ = std::max(kTensorMapSweepMin, tmap_.size());
+}
+
+inline bool OrchestratorBase::writer_settled(TaskSlot p) const noexcept {
+  const Slot& w = core_.pool.at(p);
+  // acquire: a finished writer's `failed`, and the bytes it wrote, are visible.
+  return w.consumers.load(std::memory_order_acquire) == detail::closed_list() &&
+         !w.failed.load(std::memory_order_acquire);
 }
 
 inline void OrchestratorBase::infer_and_wire(Slot& s) {
@@ -788,7 +838,7 @@ inline void OrchestratorBase::trace_submitted(const Slot& s,
   }
 }
 
-inline void OrchestratorBase::publish(Slot& s) {
+inline void OrchestratorBase::publish(Slot& s, detail::LaneCore* runner) {
   core_.stats.submitted.add();
   // No edge was linked: no other thread knows this slot yet, so the wiring hold can be dropped
   // without an atomic read-modify-write.
@@ -799,7 +849,7 @@ inline void OrchestratorBase::publish(Slot& s) {
     if (ready_traced) [[unlikely]] {
       core_.trace.orch->record({detail::trace_now(), 0, s.trace_id, 0, detail::TraceKind::Ready});
     }
-    hand_over_or_run(s);
+    hand_over_or_run(s, runner);
     return;
   }
   s.state.store(TaskState::Pending, std::memory_order_relaxed);
@@ -811,13 +861,14 @@ inline void OrchestratorBase::publish(Slot& s) {
     if (ready_traced) [[unlikely]] {
       core_.trace.orch->record({detail::trace_now(), 0, s.trace_id, 0, detail::TraceKind::Ready});
     }
-    hand_over_or_run(s);
+    hand_over_or_run(s, runner);
   }
 }
 
-inline void OrchestratorBase::hand_over_or_run(Slot& s) noexcept {
-  if (detail::LaneCore* lane = submit_runner(s)) {
-    run_at_submit(s, *lane);
+inline void OrchestratorBase::hand_over_or_run(Slot& s, detail::LaneCore* runner) noexcept {
+  // A producer's failure, found while wiring, skips the task instead (the scheduler's pass).
+  if (runner != nullptr && !s.poisoned.load(std::memory_order_relaxed)) {
+    run_at_submit(s, *runner);
     return;
   }
   hand_over_ready(s);
@@ -939,7 +990,9 @@ inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noe
   auto& frame = frames_[static_cast<std::size_t>(depth_ - 1)];
   if (!failed && s.heap_ring < 0 && !frame.empty() && frame.back() == s.id) {
     // What compact_frame would do later, now: the scope's reference is all that is left and
-    // nothing needs the slot (a failed task stays, so later readers are skipped).
+    // nothing needs the slot (a failed task stays, so later readers it was recorded for are
+    // skipped; one that ran settled was not recorded, and the next submit throws the run's
+    // error anyway).
     frame.pop_back();
     s.refs.store(0, std::memory_order_relaxed);
     retire(s);
@@ -1512,6 +1565,7 @@ inline int OrchestratorBase::finish_run() noexcept {
   // at retire). The next run starts from an empty map.
   tmap_.clear();
   tmap_sweep_at_ = kTensorMapSweepMin;
+  settled_since_sweep_ = 0;
   core_.pool.restore_order();
   in_run_.store(false, std::memory_order_release);
   return left_open;

@@ -90,6 +90,30 @@ class TensorMap {
     }
   }
 
+  /// Whether the bytes [begin, end) are settled: every writer of bytes overlapping them passes
+  /// done(w) and, with `readers`, no reader recorded over them passes live(r). Holes pass. Only
+  /// reads the map (a walk drops no hole), so a caller that finds them unsettled can go on to
+  /// insert() or add_reader() as if it had not looked.
+  template <class Done, class Live>
+  [[nodiscard]] bool settled(std::uint64_t space, std::uint64_t begin, std::uint64_t end,
+                             bool readers, Done&& done, Live&& live) const {
+    if (tree_.empty()) return true;
+    const auto ok = [&](const Seg& x) {
+      if (x.producer != kInvalidSlot && !done(x.producer)) return false;
+      if (readers) {
+        for (const TensorReader& r : x.readers) {
+          if (live(r)) return false;
+        }
+      }
+      return true;
+    };
+    if (const Seg* x = exact(space, begin, end)) return ok(*x);
+    for (auto it = first_overlap(space, begin); within(it, space, end); ++it) {
+      if (!ok(*it.value().seg)) return false;
+    }
+    return true;
+  }
+
   /// Makes `producer` the writer of [begin, end) with no readers; segments it covers are
   /// dropped, segments it covers partly keep their uncovered bytes.
   void insert(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot producer) {
@@ -258,10 +282,17 @@ class TensorMap {
   /// Drops every reader `live` rejects and every segment left with neither writer nor reader.
   template <class Live>
   void sweep(Live&& live) {
+    sweep(live, [](TaskSlot) { return false; });
+  }
+  /// As sweep(live), also dropping every writer `settled(w)` accepts (one whose entries no
+  /// later task needs: it finished and succeeded), as if it had retired.
+  template <class Live, class Settled>
+  void sweep(Live&& live, Settled&& settled) {
     writerless_made_ = 0;
     for (auto it = tree_.begin(); it != tree_.end();) {
       Seg& en = *it.value().seg;
       compact(en.readers, live);
+      if (en.producer != kInvalidSlot && settled(en.producer)) en.producer = kInvalidSlot;
       if (en.producer == kInvalidSlot && en.readers.empty()) {
         it = erase_segment(it);  // holes too
       } else {
@@ -279,6 +310,8 @@ class TensorMap {
 
   /// Segments (holes are not segments).
   [[nodiscard]] std::size_t size() const noexcept { return tree_.size() - holes(); }
+  /// Entries of the ordered index: segments and holes (what a sweep walks).
+  [[nodiscard]] std::size_t entries() const noexcept { return tree_.size(); }
   /// Holes kept for a later writer of their range (for tests and diagnostics).
   [[nodiscard]] std::size_t holes() const noexcept { return holes_.size(); }
   /// Slots of the hash index (for tests and diagnostics).
