@@ -286,10 +286,14 @@ class OrchestratorBase {
   static constexpr std::uint64_t kCheapStreak = 2;
   static constexpr std::uint32_t kCostlyPauseLooks = 16;
   std::uint32_t costly_pause_ = 0;  ///< looks left before lanes_find_tasks_cheap listens again
-  bool cheap_at_submit_ = false;    ///< the last timed task run at submit was cheap
-  bool time_at_submit_ = false;     ///< time the next task run at submit
-  bool slow_sample_ = false;        ///< the last timed task was slow, the next one decides
-  std::uint32_t submit_pick_ = 0;   ///< rotates any-worker tasks run at submit over the lanes
+  static constexpr std::uint32_t kAnyCallable = 0xffff'ffffU;
+  /// Set when the backlog rule holds on an earlier run's samples alone: only tasks of this
+  /// callable (registry index) run at submit until the next look.
+  std::uint32_t carried_callable_ = kAnyCallable;
+  bool cheap_at_submit_ = false;   ///< the last timed task run at submit was cheap
+  bool time_at_submit_ = false;    ///< time the next task run at submit
+  bool slow_sample_ = false;       ///< the last timed task was slow, the next one decides
+  std::uint32_t submit_pick_ = 0;  ///< rotates any-worker tasks run at submit over the lanes
   /// Hands a ready task to the scheduler's pass: a single one through the ready ring, with its
   /// routing fields (the pass then need not read its slot); a group, a poisoned task, or any
   /// task when the ring is full, through the ready inbox.

@@ -804,7 +804,7 @@ class WorkerThread : public detail::LaneCore {
       if (++cost_sample_ % kCostSampleEvery == 0 && word == 0 && traced == 0) {
         const auto t0_cost = std::chrono::steady_clock::now();
         out.outcome = endpoint_.execute(r, out.fault);
-        note_cost(s.run_id, std::chrono::steady_clock::now() - t0_cost);
+        note_cost(s.run_id, s.callable_index, std::chrono::steady_clock::now() - t0_cost);
       } else {
         out.outcome = endpoint_.execute(r, out.fault);
       }
@@ -829,7 +829,11 @@ class WorkerThread : public detail::LaneCore {
 
   /// Publishes what a timed task cost in `cheap_run` (LaneCore): one more cheap task in a row
   /// of run `run_id`, or none. Stores only when the word changes (a saturated streak does not).
-  void note_cost(std::uint32_t run_id, std::chrono::steady_clock::duration took) noexcept {
+  void note_cost(std::uint32_t run_id, std::uint32_t callable,
+                 std::chrono::steady_clock::duration took) noexcept {
+    if (cheap_callable.load(std::memory_order_relaxed) != callable) {
+      cheap_callable.store(callable, std::memory_order_relaxed);
+    }
     const std::uint64_t old = cheap_run.load(std::memory_order_relaxed);
     std::uint64_t streak = (old >> 32) == run_id ? (old & 0xffff'ffffU) : 0;
     streak = took < kCheapTask ? std::min<std::uint64_t>(streak + 1, kCheapSaturate) : 0;

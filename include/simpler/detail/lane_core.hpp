@@ -176,6 +176,9 @@ struct LaneCore {
   /// kCostSampleEvery is timed; the word is (run id << 32) | the count of timed tasks in a row
   /// that took less than kCheapTask (0 after one that did not), saturating. Relaxed: a hint.
   std::atomic<std::uint64_t> cheap_run{0};
+  /// The callable (registry index) of the last timed task, stored before `cheap_run`: an
+  /// earlier run's word speaks for that callable alone (OrchestratorBase::lanes_find_tasks_cheap).
+  std::atomic<std::uint32_t> cheap_callable{0};
   static constexpr std::uint32_t kCostSampleEvery = 16;
   static constexpr std::uint32_t kCheapSaturate = 255;
   /// Cheaper than handing a task over (a ready ring push, its slot's lines crossing to a lane

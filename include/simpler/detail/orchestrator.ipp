@@ -886,6 +886,8 @@ inline detail::LaneCore* OrchestratorBase::submit_runner(const Slot& s) noexcept
   if (s.role != Role::Sub || core_.submit_lanes.empty() || !core_.caller_runs_tasks) return nullptr;
   if (s.is_group() || s.timeout_ms != 0 || trace_level_ != 0 || dag_ != nullptr) return nullptr;
   if (!sub_backlogged()) return nullptr;
+  // An earlier run's word speaks for the callable its lane timed last, no other.
+  if (carried_callable_ != kAnyCallable && s.callable_index != carried_callable_) return nullptr;
   if (s.poisoned.load(std::memory_order_relaxed) || core_.run.cancelled() ||
       core_.run_deadline_ns.load(std::memory_order_relaxed) != 0) {
     return nullptr;
@@ -919,6 +921,7 @@ inline bool OrchestratorBase::sub_backlogged() noexcept {
     // again only after kCheapStayLooks looks' worth of submits.
     backlog_countdown_ = kBacklogLookEvery * kCheapStayLooks;
   } else {
+    carried_callable_ = kAnyCallable;  // lanes_find_tasks_cheap may narrow it again
     backlogged_ = waiting >= kBacklogPerLane * lanes || lanes_find_tasks_cheap();
   }
   time_at_submit_ = backlogged_;  // the first task run at submit after a look is timed
@@ -940,14 +943,30 @@ inline bool OrchestratorBase::lanes_find_tasks_cheap() noexcept {
   }
   const std::uint32_t run = core_.run.id();
   bool cheap = false;
+  bool this_run = false;  // some lane timed a task of this run
+  std::uint32_t carried = kAnyCallable;
+  carried_callable_ = kAnyCallable;
   for (const detail::LaneCore* l : core_.submit_lanes) {
     const std::uint64_t w = l->cheap_run.load(std::memory_order_relaxed);
-    if ((w >> 32) != run) continue;  // nothing timed in this run yet
     const std::uint64_t streak = w & 0xffff'ffffU;
+    if ((w >> 32) != run) {
+      // An earlier run's samples: cheap ones name their callable (see below).
+      if (w != 0 && streak >= kCheapStreak && carried == kAnyCallable)
+        carried = l->cheap_callable.load(std::memory_order_relaxed);
+      continue;
+    }
+    this_run = true;
     if (streak == 0) return false;  // its last timed task was not cheap
     cheap = cheap || streak >= kCheapStreak;
   }
-  return cheap;
+  if (this_run || carried == kAnyCallable) return cheap;
+  // Nothing timed in this run yet (its first looks): the last run's word counts for the
+  // callable its lane timed last and was cheap, and for no other, so a run's first task of a
+  // callable not seen cheap (a holder of the others, say) still goes to a lane. A chain of
+  // cheap steps then runs here from its first step, instead of waiting for a lane's thread to
+  // wake (tens of microseconds, milliseconds when the kernel queues it behind this thread).
+  carried_callable_ = carried;
+  return true;
 }
 
 inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noexcept {
@@ -1482,6 +1501,7 @@ inline void OrchestratorBase::begin_run() {
   // A run starts with idle workers: no backlog until a look finds one.
   backlogged_ = false;
   costly_pause_ = 0;
+  carried_callable_ = kAnyCallable;
   backlog_countdown_ = 1;
   cheap_at_submit_ = false;
   time_at_submit_ = false;
