@@ -58,12 +58,13 @@ struct WorkerOptions {
   /// thread child (ChildMode::Thread sub workers and nested Workers, not chips) itself when
   /// that child's thread has not started them yet, instead of waiting for a hand-off there and
   /// back. Only tasks without a deadline and not in a group, one child at a time.
-  /// Likewise, while the sub workers have a backlog of ready tasks (16 per sub worker), a
-  /// submit of a sub task that is ready at once runs it on the orchestration's thread before
-  /// it returns, through a thread sub worker (as an OpenMP runtime runs tasks undeferred past
-  /// its queue limit): such a task must not wait for work the orchestration submits after it.
-  /// Such a task's callable may then run on the thread that called run(); false keeps every
-  /// task on its child's own thread.
+  /// Likewise, while the sub workers have a backlog of ready tasks (16 per sub worker), or
+  /// their timed tasks took less than a hand-off (500 ns; this run's samples, or at a run's
+  /// start the last run's, for the callable they timed last), a submit of a sub task that is
+  /// ready at once runs it on the orchestration's thread before it returns, through a thread
+  /// sub worker (as an OpenMP runtime runs tasks undeferred past its queue limit): such a task
+  /// must not wait for work the orchestration submits after it. Such a task's callable may then
+  /// run on the thread that called run(); false keeps every task on its child's own thread.
   bool caller_runs_tasks = true;
   /// Trace of the Worker's whole lifetime: every run's task events (and those of its nested
   /// Workers) as one Chrome trace-event JSON written to this path at close(). Empty = the
