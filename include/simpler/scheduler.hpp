@@ -16,6 +16,7 @@
 
 #include "simpler/detail/engine_core.hpp"
 #include "simpler/detail/scheduler_core.hpp"
+#include "simpler/detail/short_slice.hpp"
 #include "simpler/detail/thread_name.hpp"
 
 namespace simpler {
@@ -56,6 +57,7 @@ class Scheduler {
       loop_.prepare();
       for_each_lane([](auto& l) { l.start(); });
       thread_ = std::thread([this] {
+        (void)detail::request_short_slice();
         const detail::AwakeThreads::Member awake(1);
         loop_.run_loop();
       });

@@ -17,6 +17,7 @@
 #include "simpler/detail/deadline.hpp"
 #include "simpler/detail/engine_core.hpp"
 #include "simpler/detail/scheduler_core.hpp"
+#include "simpler/detail/short_slice.hpp"
 #include "simpler/detail/thread_name.hpp"
 #include "simpler/fwd.hpp"
 #include "simpler/leaf/leaf.hpp"
@@ -89,6 +90,9 @@ class WorkerThread : public detail::LaneCore {
   /// Starts the lane thread.
   void start() {
     thread_ = std::thread([this] {
+      // Woken on a busy CPU, it gets it soon (not a chip's lane: the simulated device's threads
+      // it starts would inherit the slice, and the chip rows did not gain).
+      if constexpr (!std::is_same_v<L, ChipWorker>) (void)detail::request_short_slice();
       const detail::AwakeThreads::Member awake(kAwakeWeight);
       if constexpr (kDriven) {
         driven_loop();
