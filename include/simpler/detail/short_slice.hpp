@@ -17,6 +17,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -45,8 +46,17 @@ inline bool current_sched_attr(SchedAttr& out) noexcept {
   return ::syscall(SYS_sched_getattr, 0, &out, sizeof out, 0) == 0;
 }
 
+/// Whether engine threads started from now on ask for kEngineSlice (on by default). Tests of
+/// the race between a woken lane and the run's fence turn it off: with the short slice the lane
+/// usually wins it, and they need the fence to win some.
+inline std::atomic<bool>& short_slices_enabled() noexcept {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
 /// Asks for kEngineSlice for the calling thread (see above). True when the kernel took it.
 inline bool request_short_slice() noexcept {
+  if (!short_slices_enabled().load(std::memory_order_relaxed)) return false;
   SchedAttr a;
   if (!current_sched_attr(a) || a.sched_policy != SCHED_OTHER) return false;
   a.size = sizeof a;
