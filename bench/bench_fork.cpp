@@ -1116,7 +1116,8 @@ int run(int argc, char** argv) {
   sb::Options opt = sb::parse_options(
       argc, argv,
       "Sub workers in forked children: round-trip latency (engine, mailbox, raw shm+futex, "
-      "pipe) and throughput over 1/2/4 children.");
+      "pipe) and throughput over 1/2/4 children.",
+      {"e", "t", "w", "g", "d"});
   // The engine and the mailbox spin 20 us after their last piece of work; let them fall asleep
   // before the next contender starts.
   if (opt.gap_ms < 0) opt.gap_ms = opt.tiny ? 0 : 20;
@@ -1135,31 +1136,31 @@ int run(int argc, char** argv) {
   rep.probe();  // its thread is joined before the first fork
   require_single_threaded("bench_fork start");
   SharedObject<SharedCounter> counter;  // mapped before any fork
-  {
+  if (opt.wants("e")) {
     const ForeignCpu cpu;
     scenario_latency(rep, sz, counter.get());
     rep.note(cpu.describe());  // after the scenario's children were reaped
   }
   require_single_threaded("after scenario e");  // every Worker of scenario e is gone
-  {
+  if (opt.wants("t")) {
     const ForeignCpu cpu;
     scenario_throughput(rep, sz, counter.get());
     rep.note(cpu.describe());
   }
   require_single_threaded("after scenario t");
-  {
+  if (opt.wants("w")) {
     const ForeignCpu cpu;
     scenario_work(rep, sz, counter.get());
     rep.note(cpu.describe());
   }
   require_single_threaded("after scenario w");
-  {
+  if (opt.wants("g")) {
     const ForeignCpu cpu;
     scenario_nesting(rep, sz, counter.get());
     rep.note(cpu.describe());
   }
   require_single_threaded("after scenario g");
-  {
+  if (opt.wants("d")) {
     const ForeignCpu cpu;
     SharedObject<FailureClock> clock;
     scenario_detection(rep, clock.get());
