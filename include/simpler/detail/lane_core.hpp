@@ -176,8 +176,10 @@ struct LaneCore {
   /// kCostSampleEvery is timed; the word is (run id << 32) | the count of timed tasks in a row
   /// that took less than kCheapTask (0 after one that did not), saturating. Relaxed: a hint.
   std::atomic<std::uint64_t> cheap_run{0};
-  /// The callable (registry index) of the last timed task, stored before `cheap_run`: an
-  /// earlier run's word speaks for that callable alone (OrchestratorBase::lanes_find_tasks_cheap).
+  /// The callable (registry index) of the last timed task: an earlier run's word speaks for
+  /// that callable alone (OrchestratorBase::lanes_find_tasks_cheap). Relaxed, a hint like
+  /// `cheap_run`: the pair an earlier run left is ordered by its fence; one read while the lane
+  /// times a task of this run may mix the two, which misleads one look at most.
   std::atomic<std::uint32_t> cheap_callable{0};
   static constexpr std::uint32_t kCostSampleEvery = 16;
   static constexpr std::uint32_t kCheapSaturate = 255;

@@ -945,7 +945,6 @@ inline bool OrchestratorBase::lanes_find_tasks_cheap() noexcept {
   bool cheap = false;
   bool this_run = false;  // some lane timed a task of this run
   std::uint32_t carried = kAnyCallable;
-  carried_callable_ = kAnyCallable;
   for (const detail::LaneCore* l : core_.submit_lanes) {
     const std::uint64_t w = l->cheap_run.load(std::memory_order_relaxed);
     const std::uint64_t streak = w & 0xffff'ffffU;
@@ -965,6 +964,15 @@ inline bool OrchestratorBase::lanes_find_tasks_cheap() noexcept {
   // callable not seen cheap (a holder of the others, say) still goes to a lane. A chain of
   // cheap steps then runs here from its first step, instead of waiting for a lane's thread to
   // wake (tens of microseconds, milliseconds when the kernel queues it behind this thread).
+  // Unless another lane's last timed task was that callable and costly: its cost depends on
+  // its arguments, and the run's first one may be a costly one.
+  for (const detail::LaneCore* l : core_.submit_lanes) {
+    const std::uint64_t w = l->cheap_run.load(std::memory_order_relaxed);
+    if (w != 0 && (w & 0xffff'ffffU) == 0 &&
+        l->cheap_callable.load(std::memory_order_relaxed) == carried) {
+      return false;
+    }
+  }
   carried_callable_ = carried;
   return true;
 }
