@@ -8,9 +8,9 @@
 // Whether the fence or the lane's thread takes a given task is a race the fence usually wins
 // when the lane's thread sleeps: each case that needs the fence to have run something waits
 // for the lanes to sleep before each run and checks the count over many runs. Engine threads
-// ask for a short time slice (detail::request_short_slice), with which a woken lane usually
+// ask for a short time slice (WorkerOptions::engine_slice), with which a woken lane usually
 // takes its post before the fence on this machine class; these cases start their Workers with
-// that request off (DefaultSlices), so the race is the one they test.
+// the kernel's default slice (fence_options), so the race is the one they test.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -41,13 +41,12 @@ ContinuousTensor cell(std::int64_t& v) {
   return make_tensor(std::span<std::int64_t>(&v, 1));
 }
 
-/// While alive, engine threads started keep the kernel's default slice (see the top).
-struct DefaultSlices {
-  DefaultSlices() { detail::short_slices_enabled().store(false); }
-  ~DefaultSlices() { detail::short_slices_enabled().store(true); }
-  DefaultSlices(const DefaultSlices&) = delete;
-  DefaultSlices& operator=(const DefaultSlices&) = delete;
-};
+/// thread_options whose engine threads keep the kernel's default slice (see the top).
+WorkerOptions fence_options(int subs) {
+  WorkerOptions o = thread_options(subs);
+  o.engine_slice = 0us;
+  return o;
+}
 
 /// Long enough for an idle lane's thread to stop spinning (WorkerOptions::spin, 20 us) and sleep.
 void let_lanes_sleep() {
@@ -79,8 +78,7 @@ std::uint64_t ran_by_run_thread(Worker& w) {
 
 TEST_CASE("the run's thread runs a task posted to a sleeping thread sub worker itself",
           "[engine][caller-runs]") {
-  const DefaultSlices default_slices;
-  Worker w(thread_options(1));
+  Worker w(fence_options(1));
   ThreadTally tally;
   auto add = w.register_sub("add", [&](TaskArgsView v) {
     tally.record();
@@ -108,8 +106,7 @@ TEST_CASE("the run's thread runs a task posted to a sleeping thread sub worker i
 
 TEST_CASE("with caller_runs_tasks off every task runs on its worker's own thread",
           "[engine][caller-runs]") {
-  const DefaultSlices default_slices;
-  WorkerOptions o = thread_options(2);
+  WorkerOptions o = fence_options(2);
   o.caller_runs_tasks = false;
   Worker w(o);
   ThreadTally tally;
@@ -129,10 +126,9 @@ TEST_CASE("with caller_runs_tasks off every task runs on its worker's own thread
 
 TEST_CASE("tasks with a deadline and group members stay on their workers' threads",
           "[engine][caller-runs]") {
-  const DefaultSlices default_slices;
   // The scheduler abandons a thread child that overruns a deadline (it cannot abandon the run's
   // thread), and a group's members must run at the same time: neither may run in the fence.
-  Worker w(thread_options(2));
+  Worker w(fence_options(2));
   ThreadTally tally;
   auto touch = w.register_sub("touch", [&](TaskArgsView) { tally.record(); });
   w.init();
@@ -158,8 +154,7 @@ TEST_CASE("tasks with a deadline and group members stay on their workers' thread
 }
 
 TEST_CASE("a task the run's thread runs cannot submit to its own run", "[engine][caller-runs]") {
-  const DefaultSlices default_slices;
-  Worker w(thread_options(1));
+  Worker w(fence_options(1));
   Orchestrator* running = nullptr;
   auto noop = w.register_sub("noop", [](TaskArgsView) {});
   auto sneaky = w.register_sub("sneaky", [&](TaskArgsView) { running->submit_sub(noop); });
@@ -194,11 +189,10 @@ TEST_CASE("a task the run's thread runs cannot submit to its own run", "[engine]
 
 TEST_CASE("a task the run's thread runs leaves the other workers to their threads",
           "[engine][caller-runs]") {
-  const DefaultSlices default_slices;
   // Two single tasks on two workers that wait for each other: the fence helps one lane at a
   // time, so while it runs one of them the other still runs on its own lane's thread. A fence
   // that took both would wait for the rendezvous forever (10 s, then the tasks fail).
-  Worker w(thread_options(2));
+  Worker w(fence_options(2));
   ThreadTally tally;
   w.init();
   for (int run = 0; run < 40; ++run) {
@@ -220,8 +214,7 @@ TEST_CASE("a task the run's thread runs leaves the other workers to their thread
 
 TEST_CASE("a failure in a task the run's thread runs ends the run as on its lane",
           "[engine][caller-runs]") {
-  const DefaultSlices default_slices;
-  Worker w(thread_options(1));
+  Worker w(fence_options(1));
   auto boom = w.register_sub("boom", [](TaskArgsView) { throw std::runtime_error("kaboom"); });
   std::int64_t c = 0;
   auto add = w.register_sub("add", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });
@@ -257,12 +250,11 @@ TEST_CASE("a failure in a task the run's thread runs ends the run as on its lane
 
 TEST_CASE("posts the run's thread leaves behind reach the lane's thread at once",
           "[engine][caller-runs]") {
-  const DefaultSlices default_slices;
   // "first" runs on the only lane; while it runs, "timed" (a deadline: only the lane's thread
   // may run it) is posted behind it. When the fence ran "first", it lets go of the lane with
   // "timed" still posted: it must wake the lane's thread, which may have looked while the fence
   // held the lane and gone back to sleep for up to its 1 s idle tick.
-  Worker w(thread_options(1));
+  Worker w(fence_options(1));
   ThreadTally tally;
   auto first = w.register_sub("first", [&](TaskArgsView v) {
     tally.record();
@@ -303,15 +295,15 @@ TEST_CASE("posts the run's thread leaves behind reach the lane's thread at once"
 
 TEST_CASE("a nested thread Worker's run happens on the run's thread when the fences help",
           "[engine][caller-runs][nested]") {
-  const DefaultSlices default_slices;
   // L4 -> L3 -> sub, all threads: the L4 fence runs the L3 orchestration, whose fence runs the
   // sub task; a one-task nested run then crosses no thread at all.
   WorkerOptions o4;
   o4.level = 4;
   o4.child_mode = ChildMode::Thread;
   o4.heap_ring_size = std::size_t{16} << 20;
+  o4.engine_slice = 0us;
   Worker l4(o4);
-  WorkerOptions o3 = thread_options(1);
+  WorkerOptions o3 = fence_options(1);
   Worker l3(o3);
   ThreadTally tally;
   auto add = l3.register_sub("add", [&](TaskArgsView v) {

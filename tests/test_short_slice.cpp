@@ -1,6 +1,6 @@
-// Engine threads ask for a short time slice (detail::request_short_slice): a lane woken on the
-// busy CPU of the thread running the orchestration then gets it soon instead of after that
-// thread's slice. Checked on the threads themselves through sched_getattr.
+// Engine threads ask for a short time slice (WorkerOptions::engine_slice, detail::request_slice):
+// a lane woken on the busy CPU of the thread running the orchestration then gets it soon instead
+// of after that thread's slice. Checked on the threads themselves through sched_getattr.
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <simpler/simpler.hpp>
 
 #include "support/gate.hpp"
+#include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
 
 // The file's own namespace: the unity build compiles several test files as one unit.
@@ -25,15 +27,18 @@ namespace simpler_test_short_slice {
 
 using namespace simpler;
 using namespace simpler::testing;
+using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::uint64_t kSliceNs = 100'000;
-
-/// sched_getattr of thread `tid` of this process, or false.
+/// sched_getattr of thread `tid` of this process (0: the calling thread), or false.
 bool attr_of(pid_t tid, detail::SchedAttr& out) {
   out = detail::SchedAttr{};
   return ::syscall(SYS_sched_getattr, tid, &out, sizeof out, 0) == 0;
+}
+
+std::uint64_t ns(std::chrono::microseconds us) {
+  return static_cast<std::uint64_t>(std::chrono::nanoseconds(us).count());
 }
 
 /// The ids of this process's threads whose name starts with `prefix`.
@@ -57,38 +62,16 @@ bool kernel_takes_slices() {
   bool took = false;
   std::thread([&] {
     detail::SchedAttr a;
-    took = detail::request_short_slice() && detail::current_sched_attr(a) &&
-           a.sched_runtime == kSliceNs;
+    took = detail::request_slice(detail::kMinSlice) && detail::current_sched_attr(a) &&
+           a.sched_runtime == ns(detail::kMinSlice);
   }).join();
   return took;
 }
 
-}  // namespace
-
-TEST_CASE("request_short_slice sets the calling thread's slice and nothing else",
-          "[engine][slice]") {
-  std::thread([] {
-    detail::SchedAttr before;
-    REQUIRE(detail::current_sched_attr(before));
-    const bool took = detail::request_short_slice();
-    detail::SchedAttr after;
-    REQUIRE(detail::current_sched_attr(after));
-    CHECK(after.sched_policy == before.sched_policy);
-    CHECK(after.sched_nice == before.sched_nice);
-    if (took) CHECK(after.sched_runtime == kSliceNs);
-  }).join();
-  // The calling thread is left alone.
-  detail::SchedAttr mine;
-  REQUIRE(attr_of(0, mine));
-  CHECK(mine.sched_runtime != kSliceNs);
-}
-
-TEST_CASE("a Worker's lane threads and scheduler thread run with the short slice",
-          "[engine][slice]") {
-  if (!kernel_takes_slices()) {
-    WARN("this kernel keeps its default slice for SCHED_OTHER threads (before Linux 6.12)");
-    return;
-  }
+/// The lane and scheduler threads of a Worker with two thread sub workers and `slice`, checked
+/// once they started (each asks for itself as it starts, maybe just after init() returned):
+/// whether each runs with `want` ns of slice and the caller's policy and nice value.
+void check_engine_threads(std::chrono::microseconds slice, std::uint64_t want) {
   // Threads of Workers before this one (a lane lost at a deadline lives on) are not counted.
   const auto old_lanes = threads_named("L3 sub");
   const auto old_sched = threads_named("L3 sched");
@@ -97,20 +80,93 @@ TEST_CASE("a Worker's lane threads and scheduler thread run with the short slice
         now, [&](pid_t t) { return std::find(before.begin(), before.end(), t) != before.end(); });
     return now;
   };
+  detail::SchedAttr mine;
+  REQUIRE(attr_of(0, mine));
   WorkerOptions o = thread_options(2);
+  o.engine_slice = slice;
   Worker w(o);
   w.init();
-  const auto lanes = fresh(threads_named("L3 sub"), old_lanes);
+  auto threads = fresh(threads_named("L3 sub"), old_lanes);
+  REQUIRE(threads.size() == 2);
   const auto sched = fresh(threads_named("L3 sched"), old_sched);
-  REQUIRE(lanes.size() == 2);
   REQUIRE(sched.size() == 1);
-  // Each thread asks for itself as it starts, which may be just after init() returned.
-  const auto sliced = [](pid_t t) {
+  threads.push_back(sched[0]);
+  for (pid_t t : threads) {
+    INFO("thread " << t << ", slice " << slice.count() << " us");
+    CHECK(eventually([&] {
+      detail::SchedAttr a;
+      return attr_of(t, a) && a.sched_runtime == want;
+    }));
     detail::SchedAttr a;
-    return attr_of(t, a) && a.sched_runtime == kSliceNs;
-  };
-  for (pid_t t : lanes) CHECK(eventually([&] { return sliced(t); }));
-  CHECK(eventually([&] { return sliced(sched[0]); }));
+    REQUIRE(attr_of(t, a));
+    CHECK(a.sched_policy == mine.sched_policy);
+    CHECK(a.sched_nice == mine.sched_nice);
+  }
+  // The caller's own thread is left alone.
+  detail::SchedAttr after;
+  REQUIRE(attr_of(0, after));
+  CHECK(after.sched_runtime == mine.sched_runtime);
+}
+
+}  // namespace
+
+TEST_CASE("request_slice sets the calling thread's slice and nothing else", "[engine][slice]") {
+  std::thread([] {
+    detail::SchedAttr before;
+    REQUIRE(detail::current_sched_attr(before));
+    // 0 asks for nothing.
+    CHECK_FALSE(detail::request_slice(std::chrono::microseconds(0)));
+    detail::SchedAttr same;
+    REQUIRE(detail::current_sched_attr(same));
+    CHECK(same.sched_runtime == before.sched_runtime);
+    const bool took = detail::request_slice(std::chrono::microseconds(300));
+    detail::SchedAttr after;
+    REQUIRE(detail::current_sched_attr(after));
+    CHECK(after.sched_policy == before.sched_policy);
+    CHECK(after.sched_nice == before.sched_nice);
+    CHECK(after.sched_runtime ==
+          (took ? ns(std::chrono::microseconds(300)) : before.sched_runtime));
+  }).join();
+  // The calling thread is left alone.
+  detail::SchedAttr mine;
+  REQUIRE(attr_of(0, mine));
+  CHECK(mine.sched_runtime != ns(std::chrono::microseconds(300)));
+}
+
+TEST_CASE("a Worker's lane threads and scheduler thread run with WorkerOptions::engine_slice",
+          "[engine][slice]") {
+  detail::SchedAttr mine;
+  REQUIRE(attr_of(0, mine));
+  // Where the kernel takes no request, every thread keeps what it inherited from the caller.
+  const bool takes = kernel_takes_slices();
+  INFO("the kernel takes slice requests: " << takes);
+  SECTION("the default, 100 us") {
+    check_engine_threads(WorkerOptions{}.engine_slice, takes ? ns(100us) : mine.sched_runtime);
+  }
+  SECTION("another slice") {
+    check_engine_threads(2000us, takes ? ns(2000us) : mine.sched_runtime);
+  }
+  SECTION("0 keeps the kernel's default") {
+    check_engine_threads(0us, mine.sched_runtime);
+  }
+}
+
+TEST_CASE("an engine_slice the kernel would not grant is refused at construction",
+          "[engine][slice][bad-input]") {
+  for (const std::chrono::microseconds bad : {99us, 100'001us, -5us}) {
+    WorkerOptions o = thread_options(1);
+    o.engine_slice = bad;
+    INFO(bad.count() << " us");
+    CHECK_THROWS_MATCHES(
+        Worker(o), UsageError,
+        WhatContains("WorkerOptions::engine_slice is " + std::to_string(bad.count()) + " us"));
+  }
+  // The bounds themselves are fine.
+  for (const std::chrono::microseconds good : {100us, 100'000us}) {
+    WorkerOptions o = thread_options(1);
+    o.engine_slice = good;
+    CHECK_NOTHROW(Worker(o));
+  }
 }
 
 }  // namespace simpler_test_short_slice

@@ -34,6 +34,14 @@ struct WorkerOptions {
   ChipOptions chip;
   /// How long engine threads poll before sleeping after their last piece of work.
   std::chrono::microseconds spin{20};
+  /// The time slice the engine's threads ask the kernel for (the scheduler thread and the lanes
+  /// of sub workers and nested Workers; not chip lanes, whose device threads would inherit it):
+  /// 100 us .. 100 ms, or 0 to keep the kernel's default. A short slice lets a lane woken on the
+  /// busy CPU of the thread running the orchestration run soon instead of after that thread's
+  /// slice (docs/engine.md, "Waiting"). Linux 6.12+ takes it for SCHED_OTHER threads without
+  /// privilege; elsewhere, or for threads of another policy, it is ignored. The caller's
+  /// threads and the threads of forked children are never changed.
+  std::chrono::microseconds engine_slice{100};
   /// Longest time a submit waits for heap ring space, or for a place in the task window, before
   /// throwing TimeoutError.
   std::chrono::milliseconds heap_wait{10'000};

@@ -57,7 +57,7 @@ class Scheduler {
       loop_.prepare();
       for_each_lane([](auto& l) { l.start(); });
       thread_ = std::thread([this] {
-        (void)detail::request_short_slice();
+        (void)detail::request_slice(core_.timing.slice);
         const detail::AwakeThreads::Member awake(1);
         loop_.run_loop();
       });

@@ -31,6 +31,7 @@
 #include "simpler/detail/mailbox.hpp"
 #include "simpler/detail/process.hpp"
 #include "simpler/detail/registry.hpp"
+#include "simpler/detail/short_slice.hpp"
 #include "simpler/device/chip_callable.hpp"
 #include "simpler/error.hpp"
 #include "simpler/leaf/chip_worker.hpp"
@@ -124,6 +125,7 @@ class BasicWorker {
     core_->level = options_.level;
     core_->registry = registry_.get();
     core_->timing.spin = options_.spin;
+    core_->timing.slice = options_.engine_slice;
     core_->timing.heap_wait = options_.heap_wait;
     core_->task_window = options_.task_window;
     core_->timing.task_timeout = options_.task_timeout;
@@ -868,6 +870,13 @@ class BasicWorker {
     non_negative(o.heap_wait, "heap_wait", "ms");
     non_negative(o.task_timeout, "task_timeout", "ms");
     non_negative(o.run_timeout, "run_timeout", "ms");
+    if (o.engine_slice.count() != 0 &&
+        (o.engine_slice < detail::kMinSlice || o.engine_slice > detail::kMaxSlice)) {
+      throw UsageError(fmt::format(
+          "WorkerOptions::engine_slice is {} us; it must be {}..{} us (what the kernel grants), "
+          "or 0 to keep the kernel's default",
+          o.engine_slice.count(), detail::kMinSlice.count(), detail::kMaxSlice.count()));
+    }
     if (o.trace_level < 1 || o.trace_level > detail::kTraceMaxLevel) {
       throw UsageError(fmt::format("WorkerOptions::trace_level is {}; it must be 1..{}",
                                    o.trace_level, detail::kTraceMaxLevel));

@@ -92,7 +92,9 @@ class WorkerThread : public detail::LaneCore {
     thread_ = std::thread([this] {
       // Woken on a busy CPU, it gets it soon (not a chip's lane: the simulated device's threads
       // it starts would inherit the slice, and the chip rows did not gain).
-      if constexpr (!std::is_same_v<L, ChipWorker>) (void)detail::request_short_slice();
+      if constexpr (!std::is_same_v<L, ChipWorker>) {
+        (void)detail::request_slice(core_.timing.slice);
+      }
       const detail::AwakeThreads::Member awake(kAwakeWeight);
       if constexpr (kDriven) {
         driven_loop();

@@ -38,6 +38,7 @@ class SchedulerCore;
 /// Tunables shared by the engine's threads.
 struct EngineTiming {
   std::chrono::nanoseconds spin{std::chrono::microseconds(20)};  ///< spin before sleeping
+  std::chrono::microseconds slice{100};         ///< engine threads' time slice; 0 = kernel default
   std::chrono::milliseconds heap_wait{10'000};  ///< longest wait for heap ring space
   std::chrono::milliseconds idle_tick{200};     ///< scheduler's liveness-check period
   std::chrono::milliseconds task_timeout{0};    ///< default task deadline; 0 = none

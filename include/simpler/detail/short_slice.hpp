@@ -1,4 +1,4 @@
-// simpler::detail::request_short_slice — engine threads ask the kernel for a short time slice.
+// simpler::detail::request_slice — engine threads ask the kernel for a short time slice.
 //
 // On two vCPUs the engine's threads often share one with the thread running the orchestration:
 // the kernel wakes a lane on its waker's CPU (this VM's kernel packs threads onto vCPUs, and
@@ -9,22 +9,22 @@
 // shorter slice (sched_attr::sched_runtime, clamped by the kernel to 0.1-100 ms, no privilege
 // needed): its deadline comes sooner and its lag is bounded by a smaller slice, so a woken lane
 // preempts the busy thread within a tick's fraction instead. Each engine thread asks for
-// kEngineSlice for itself at its start. Best effort: a kernel without it, a policy other than
-// SCHED_OTHER (left alone) or a refusal keeps the default slice.
+// WorkerOptions::engine_slice (100 us by default) for itself at its start. Best effort: a kernel
+// without it, a policy other than SCHED_OTHER (left alone) or a refusal keeps the default slice.
 #pragma once
 
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 
 namespace simpler::detail {
 
-/// The slice engine threads ask for: the least the kernel grants.
-inline constexpr std::chrono::microseconds kEngineSlice{100};
+/// The slices the kernel grants (it clamps sched_runtime to this range).
+inline constexpr std::chrono::microseconds kMinSlice{100};
+inline constexpr std::chrono::microseconds kMaxSlice{100'000};
 
 /// sched_attr as the kernel's ABI defines it (glibc declares no wrapper for these calls).
 struct SchedAttr {
@@ -46,23 +46,16 @@ inline bool current_sched_attr(SchedAttr& out) noexcept {
   return ::syscall(SYS_sched_getattr, 0, &out, sizeof out, 0) == 0;
 }
 
-/// Whether engine threads started from now on ask for kEngineSlice (on by default). Tests of
-/// the race between a woken lane and the run's fence turn it off: with the short slice the lane
-/// usually wins it, and they need the fence to win some.
-inline std::atomic<bool>& short_slices_enabled() noexcept {
-  static std::atomic<bool> on{true};
-  return on;
-}
-
-/// Asks for kEngineSlice for the calling thread (see above). True when the kernel took it.
-inline bool request_short_slice() noexcept {
-  if (!short_slices_enabled().load(std::memory_order_relaxed)) return false;
+/// Asks for `slice` for the calling thread (see above); 0 asks nothing. True when the kernel
+/// took it.
+inline bool request_slice(std::chrono::microseconds slice) noexcept {
+  if (slice.count() <= 0) return false;
   SchedAttr a;
   if (!current_sched_attr(a) || a.sched_policy != SCHED_OTHER) return false;
   a.size = sizeof a;
   a.sched_flags = 0;  // its nice value (read above) stays; no utilization clamps
   a.sched_runtime = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(kEngineSlice).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(slice).count());
   return ::syscall(SYS_sched_setattr, 0, &a, 0) == 0;
 }
 
