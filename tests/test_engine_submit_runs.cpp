@@ -409,6 +409,58 @@ TEST_CASE("a task run at submit over settled bytes leaves no TensorMap entry",
   }
 }
 
+TEST_CASE("a task run settled at its submit takes no slot, one with an allocated output does",
+          "[engine][submit-runs]") {
+  // Nothing can link to a task that ends inside its submit over settled bytes, so it needs no
+  // slot: its SubmitResult names none (state_of says Free) and the live count does not move.
+  // An auto-allocated output needs its slot (the bytes are the slot's until its scope ends).
+  Blocked b(thread_options(1));
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> on_caller{0};
+  auto bump = b.w.register_sub("bump", [&](TaskArgsView v) {
+    if (std::this_thread::get_id() == caller) on_caller.fetch_add(1);
+    ++*v.tensor(0).as<std::int64_t>();
+  });
+  auto noop = b.w.register_sub("noop", [](TaskArgsView) {});
+  b.w.init();
+  std::int64_t value = 0;
+  int slotless = 0;
+  int live_moved = 0;
+  int with_output_slot = 0;
+  const std::uint64_t submitted_before = b.w.stats().tasks_submitted;
+  b.run_held([&](Orchestrator& o) {
+    for (int i = 0; i < kTasks; ++i) o.submit_sub(noop);  // the backlog
+    REQUIRE(ran_at_submit(b.w) > 0);
+    for (int i = 0; i < kTasks; ++i) {
+      const std::uint32_t live = o.live_tasks();
+      const SubmitResult r =
+          o.submit_sub(bump, TaskArgs().add_tensor(cell(value), TensorArgType::InOut));
+      if (r.slot_id == kInvalidSlot) {
+        ++slotless;
+        CHECK(o.state_of(r.slot_id) == TaskState::Free);
+        if (o.live_tasks() != live) ++live_moved;
+      }
+    }
+    for (int i = 0; i < 8; ++i) {
+      const SubmitResult r = o.submit_sub(
+          bump,
+          TaskArgs().add_tensor(make_tensor(nullptr, {1}, DataType::Int64), TensorArgType::Output));
+      if (r.slot_id != kInvalidSlot) ++with_output_slot;
+      CHECK(r.output(0).data != 0);
+    }
+  });
+  INFO(slotless << " of " << kTasks << " without a slot, " << on_caller << " on the caller");
+  CHECK(value == kTasks);  // the lanes were held: every bump ran at submit, in order
+  CHECK(on_caller == kTasks + 8);
+  CHECK(slotless == kTasks);
+  CHECK(live_moved == 0);
+  CHECK(with_output_slot == 8);
+  const WorkerStats st = b.w.stats();
+  CHECK(st.tasks_submitted - submitted_before == static_cast<std::uint64_t>(2 * kTasks + 8 + 1));
+  CHECK(st.tasks_in_flight == 0);
+  CHECK(b.w.orchestrator().live_tasks() == 0);
+}
+
 TEST_CASE("a task at submit over bytes of an unfinished task waits for it as a handed-over one",
           "[engine][submit-runs][tensormap]") {
   // A reader and a writer queue behind the held lane before the backlog is seen; after it,

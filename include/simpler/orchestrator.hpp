@@ -107,7 +107,10 @@ class OrchestratorBase {
   [[nodiscard]] int scope_depth() const noexcept { return depth_; }
 
   // ---- Introspection, for tests and diagnostics.
+  /// The state of the task in slot `s`; Free for kInvalidSlot (a task that ran at its submit
+  /// without a slot: SubmitResult::slot_id) and for a slot given back.
   [[nodiscard]] TaskState state_of(TaskSlot s) const noexcept {
+    if (s == kInvalidSlot) return TaskState::Free;
     return core_.pool.at(s).state.load(std::memory_order_acquire);
   }
   [[nodiscard]] std::uint32_t live_tasks() const noexcept { return core_.pool.live(); }
@@ -248,8 +251,10 @@ class OrchestratorBase {
   /// The lane whose leaf may run task `s` on this thread if it is ready at its submit
   /// (LaneCore::run_here), or null: untimed single sub tasks, untraced runs,
   /// WorkerOptions::caller_runs_tasks, and only while the sub workers have a backlog or their
-  /// tasks are cheap (sub_backlogged). Asked once per sub submit, before the task is wired.
-  [[nodiscard]] detail::LaneCore* submit_runner(const detail::Slot& s) noexcept;
+  /// tasks are cheap (sub_backlogged). Asked once per single sub submit, before its slot.
+  [[nodiscard]] detail::LaneCore* submit_runner(detail::Role role, std::uint32_t timeout_ms,
+                                                std::uint32_t callable_index,
+                                                WorkerId target) noexcept;
   /// Whether single task `s`, about to run at submit (submit_runner), touches only settled
   /// bytes (TensorMap::settled): every writer of what it reads or writes finished and
   /// succeeded, and with Hazards::All every reader of what it writes finished. Such a task is
@@ -257,9 +262,10 @@ class OrchestratorBase {
   /// it is neither recorded in the TensorMap nor wired: a later task touching its bytes finds a
   /// finished writer or none, as it would once the task retired. Saves a run of tasks at submit
   /// (bench_engine's d rows) the map's inserts and erasures, and the map its growth. Read-only:
-  /// false leaves everything to track_tensors.
-  [[nodiscard]] bool settled_at_submit(const detail::Slot& s, const TaskArgs& a,
-                                       bool auto_outputs) const noexcept;
+  /// false leaves everything to track_tensors. `placed`: the slot's tensors, whose outputs
+  /// the submit allocated (auto outputs), else null.
+  [[nodiscard]] bool settled_at_submit(const TaskArgs& a, WorkerId target,
+                                       const ContinuousTensor* placed) const noexcept;
   /// Whether ready sub tasks wait for a lane: at least kBacklogPerLane per sub worker in the
   /// ready ring and the scheduler's queues, looked at every kBacklogLookEvery calls (and known
   /// at once when the ready ring overflows). Once there is a backlog and the tasks run at submit
@@ -272,6 +278,17 @@ class OrchestratorBase {
   /// Runs ready task `s` on this thread through `lane`'s leaf and completes it; a task that
   /// succeeded and holds no heap bytes retires at once (its slot is reused by the next submit).
   void run_at_submit(detail::Slot& s, detail::LaneCore& lane) noexcept;
+  /// The deadline a task submitted with `config` gets, in whole ms (0 = none).
+  [[nodiscard]] std::uint32_t task_timeout_ms(const CallConfig& config) const noexcept;
+  /// Counts a task run settled at submit; sweeps the TensorMap's settled entries now and then.
+  void note_settled_run() noexcept;
+  /// Every submit's end: collects the retirements every kDrainEvery submits.
+  void count_submit() noexcept;
+  /// Runs a task on this thread through `lane`'s leaf (LaneCore::run_here) as the task of no
+  /// run: a submit from it is refused. Times it when a look asked for it (time_at_submit_).
+  /// True when it failed (the run's error is set).
+  bool run_here(detail::LaneCore& lane, std::uint64_t digest, std::uint32_t index,
+                const TaskArgsView& args, const CallConfig* config) noexcept;
   static constexpr std::uint64_t kBacklogPerLane = 16;
   static constexpr std::uint32_t kBacklogLookEvery = 32;
   /// A task run at submit in less than this costs the orchestration's thread about what handing

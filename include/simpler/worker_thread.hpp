@@ -272,13 +272,20 @@ class WorkerThread : public detail::LaneCore {
   // running another: a SubWorker only looks its callable up in the registry, which no run
   // changes. Nothing of the lane's consumer side is touched; what ran is counted in
   // stat_at_submit, which only the run's thread writes.
-  static Outcome run_here_thunk(detail::LaneCore& lane, const detail::Slot& s) noexcept {
-    return static_cast<WorkerThread&>(lane).run_at_submit(s);
+  static Outcome run_here_thunk(detail::LaneCore& lane, std::uint64_t digest, std::uint32_t index,
+                                const TaskArgsView& args, const CallConfig* config) noexcept {
+    return static_cast<WorkerThread&>(lane).run_at_submit(digest, index, args, config);
   }
 
-  Outcome run_at_submit(const detail::Slot& s) noexcept {
+  /// No deadline applies (OrchestratorBase::submit_runner lets only untimed tasks of runs
+  /// without a deadline run at submit).
+  Outcome run_at_submit(std::uint64_t digest, std::uint32_t index, const TaskArgsView& args,
+                        const CallConfig* config) noexcept {
     LeafRequest r;
-    build_request(s, 0, r);
+    r.digest = digest;
+    r.index_hint = index;
+    r.args = args;
+    r.config = config;
     Result out;
     out.outcome = endpoint_.execute(r, out.fault);
     if (out.outcome != Outcome::Success) [[unlikely]] {

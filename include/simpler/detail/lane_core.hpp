@@ -17,6 +17,7 @@
 #include "simpler/detail/stat_counter.hpp"
 #include "simpler/detail/trace.hpp"
 #include "simpler/error.hpp"
+#include "simpler/task_args.hpp"
 
 namespace simpler::detail {
 
@@ -63,11 +64,14 @@ struct LaneCore {
   /// Lanes whose tasks the run's thread may run at submit (a thread child's SubWorker): when the
   /// sub workers have a backlog, a submit runs a task that is ready at once itself, through this
   /// lane's leaf, instead of queueing it behind the backlog (OrchestratorBase::publish, "Running
-  /// tasks at submit" in docs/engine.md). `run_here` runs it and returns how it ended, recording
-  /// a failure as the run's error; the caller completes the task. Set at construction for such
-  /// lanes, null otherwise. It sits with the read-only fields: the submit reads it per task, and
-  /// on the `helper` line below it would miss every time the lane's thread takes a batch.
-  using RunHereFn = Outcome (*)(LaneCore&, const Slot&) noexcept;
+  /// tasks at submit" in docs/engine.md). `run_here` runs it (callable digest and registry
+  /// index, its arguments, its config) and returns how it ended, recording a failure as the
+  /// run's error; the caller completes the task, if it made a slot for it at all. Set at
+  /// construction for such lanes, null otherwise. It sits with the read-only fields: the submit
+  /// reads it per task, and on the `helper` line below it would miss every time the lane's
+  /// thread takes a batch.
+  using RunHereFn = Outcome (*)(LaneCore&, std::uint64_t digest, std::uint32_t index,
+                                const TaskArgsView& args, const CallConfig* config) noexcept;
   RunHereFn run_here = nullptr;
 
   struct Posted {  // 8 bytes: eight fit one cache line

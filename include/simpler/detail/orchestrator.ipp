@@ -389,6 +389,27 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     }
   }
 
+  // A single sub task may run here, before this submit returns (submit_runner). One that does
+  // over settled bytes and allocates no output needs no slot at all: nothing links to it or
+  // waits for it, it holds nothing once it ended, and nothing of it is left to ask about (its
+  // SubmitResult names no slot). It takes no place in the task window either.
+  detail::LaneCore* runner = nullptr;
+  bool unsettled = false;  // settled_at_submit said no: the slot's task is tracked
+  if (members.size() == 1 && role == Role::Sub) {
+    const WorkerId target = targets.empty() ? any_worker : targets[0];
+    runner = submit_runner(role, task_timeout_ms(config), callable.index, target);
+    if (runner != nullptr && auto_bytes == 0) {
+      if (settled_at_submit(members[0], target, nullptr)) {
+        note_settled_run();
+        core_.stats.submitted.add();
+        (void)run_here(*runner, callable.digest, callable.index, members[0].view(), &config);
+        count_submit();
+        return {};  // the guard releases the holds: the task is over
+      }
+      unsettled = true;
+    }
+  }
+
   // A place in the task window, then heap space: both may block or throw, and nothing has been
   // changed yet.
   if (core_.pool.live() >= core_.task_window) [[unlikely]]
@@ -411,12 +432,15 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     throw;
   }
   Slot& s = *sp;
+  // The waits above (task window, heap space) may have outlived the lane or the run.
+  if (runner != nullptr && (runner->lost.load(std::memory_order_relaxed) || core_.run.cancelled()))
+      [[unlikely]]
+    runner = nullptr;
   // From here a throw (out of memory: a slot's argument storage, the frame, the TensorMap, the
   // edges or the holds growing) must not leave the slot behind: before it is in the frame it
   // goes back to the pool; after, the fence waits for it, so it is failed and published.
   bool in_frame = false;
   SubmitResult result;
-  detail::LaneCore* runner = nullptr;
   try {
     fill_slot(s, role, entry, callable, members, config, custom_config, targets);
     if (heap) place_outputs(s, members, ring, *heap, result);
@@ -436,13 +460,11 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
       trace_orders_.clear();
     }
     // A task that will run here, before this submit returns, over bytes whose tasks have all
-    // finished needs no edge and no TensorMap entry (settled_at_submit).
-    runner = submit_runner(s);
-    if (runner != nullptr && settled_at_submit(s, members[0], heap.has_value())) {
-      // The map's entries of finished tasks make each such look walk them; once as many tasks
-      // ran settled as the map has entries, they go in one sweep (O(1) per task).
-      if (++settled_since_sweep_ > tmap_.entries() + kSettledSweepMin) [[unlikely]]
-        sweep_settled();
+    // finished needs no edge and no TensorMap entry (settled_at_submit); one with outputs
+    // allocated here is looked at now that they are placed.
+    if (runner != nullptr && !unsettled &&
+        settled_at_submit(members[0], s.target(0), heap ? s.tensors.data() : nullptr)) {
+      note_settled_run();
     } else {
       track_tensors(s, members, heap.has_value(), traced);
       infer_and_wire(s);
@@ -460,6 +482,22 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   holds.armed = false;  // the task owns them now
   publish(s, runner);
   result.slot_id = s.id;
+  count_submit();
+  return result;
+}
+
+inline std::uint32_t OrchestratorBase::task_timeout_ms(const CallConfig& config) const noexcept {
+  return detail::clamp_ms(config.timeout.count() > 0 ? config.timeout : core_.timing.task_timeout);
+}
+
+inline void OrchestratorBase::note_settled_run() noexcept {
+  // The map's entries of finished tasks make each settled look walk them; once as many tasks
+  // ran settled as the map has entries, they go in one sweep (O(1) per task).
+  if (++settled_since_sweep_ > tmap_.entries() + kSettledSweepMin) [[unlikely]]
+    sweep_settled();
+}
+
+inline void OrchestratorBase::count_submit() noexcept {
   // Retirements are collected every kDrainEvery submits, so each collection has a batch whose
   // cache misses overlap (see drain_retired); anything that needs a slot or heap space back
   // collects first, and the run's end collects the rest.
@@ -467,7 +505,6 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     submits_since_drain_ = 0;
     if (!core_.retire_inbox.empty()) drain_retired();
   }
-  return result;
 }
 
 inline void OrchestratorBase::fill_slot(Slot& s, Role role,
@@ -504,8 +541,7 @@ inline void OrchestratorBase::fill_slot(Slot& s, Role role,
                          static_cast<std::uint32_t>(s.scalars.size()), any_worker});
   }
   s.has_config = custom_config;
-  s.timeout_ms =
-      detail::clamp_ms(config.timeout.count() > 0 ? config.timeout : core_.timing.task_timeout);
+  s.timeout_ms = task_timeout_ms(config);
   if (s.timeout_ms != 0 && !core_.task_timeouts_seen.load(std::memory_order_relaxed)) [[unlikely]]
     core_.task_timeouts_seen.store(true, std::memory_order_relaxed);  // published with the task
   if (custom_config) {
@@ -603,18 +639,17 @@ inline void OrchestratorBase::track_tensors(Slot& s, std::span<const TaskArgs> m
     sweep_tensor_map();
 }
 
-inline bool OrchestratorBase::settled_at_submit(const Slot& s, const TaskArgs& a,
-                                                bool auto_outputs) const noexcept {
+inline bool OrchestratorBase::settled_at_submit(const TaskArgs& a, WorkerId target,
+                                                const ContinuousTensor* placed) const noexcept {
   const auto done = [this](TaskSlot p) { return writer_settled(p); };
   const auto live = [this](const detail::TensorReader& r) { return reader_live(r); };
-  const WorkerId target = s.target(0);
   for (std::int32_t i = 0; i < a.tensor_count(); ++i) {
     // The same bytes track_tensors would record (it explains the choice of copy).
     const ContinuousTensor& t = a.tensor(i);
     const TensorArgType tag = a.tag(i);
     const std::uint64_t bytes = t.nbytes();
     const std::uint64_t data =
-        auto_outputs && tag == TensorArgType::Output && t.data == 0 ? s.tensors[i].data : t.data;
+        placed != nullptr && tag == TensorArgType::Output && t.data == 0 ? placed[i].data : t.data;
     if (data == 0 || bytes == 0 || tag == TensorArgType::NoDep) continue;
     // A write must also come after the readers of what it overwrites (Hazards::All). Its
     // earlier writers must have succeeded even where it only overwrites them: their entries
@@ -882,23 +917,24 @@ inline void OrchestratorBase::hand_over_or_run(Slot& s, detail::LaneCore* runner
 // here, where its slot was just written, while the lanes work off the backlog; once the
 // backlog falls below the limit, submits hand tasks over again. Only what the fence may run
 // qualifies (no deadline, not a group, run untraced), through a SubWorker on a thread.
-inline detail::LaneCore* OrchestratorBase::submit_runner(const Slot& s) noexcept {
-  if (s.role != Role::Sub || core_.submit_lanes.empty() || !core_.caller_runs_tasks) return nullptr;
-  if (s.is_group() || s.timeout_ms != 0 || trace_level_ != 0 || dag_ != nullptr) return nullptr;
+inline detail::LaneCore* OrchestratorBase::submit_runner(Role role, std::uint32_t timeout_ms,
+                                                         std::uint32_t callable_index,
+                                                         WorkerId target) noexcept {
+  if (role != Role::Sub || core_.submit_lanes.empty() || !core_.caller_runs_tasks) return nullptr;
+  if (timeout_ms != 0 || trace_level_ != 0 || dag_ != nullptr) return nullptr;
   if (!sub_backlogged()) return nullptr;
   // An earlier run's word speaks for the callable its lane timed last, no other.
-  if (carried_callable_ != kAnyCallable && s.callable_index != carried_callable_) return nullptr;
-  if (s.poisoned.load(std::memory_order_relaxed) || core_.run.cancelled() ||
-      core_.run_deadline_ns.load(std::memory_order_relaxed) != 0) {
+  if (carried_callable_ != kAnyCallable && callable_index != carried_callable_) return nullptr;
+  if (core_.run.cancelled() || core_.run_deadline_ns.load(std::memory_order_relaxed) != 0) {
     return nullptr;
   }
   detail::LaneCore* lane = nullptr;
-  if (s.target0 == any_worker) {
+  if (target == any_worker) {
     const auto n = static_cast<std::uint32_t>(core_.submit_lanes.size());
     if (++submit_pick_ >= n) submit_pick_ = 0;
     lane = core_.submit_lanes[submit_pick_];
   } else {
-    lane = core_.subs[s.target0];
+    lane = core_.subs[target];
     if (lane->run_here == nullptr) return nullptr;
   }
   return lane->lost.load(std::memory_order_relaxed) ? nullptr : lane;
@@ -978,36 +1014,13 @@ inline bool OrchestratorBase::lanes_find_tasks_cheap() noexcept {
 }
 
 inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noexcept {
-  // As in the fence (help_lanes): the task is not the orchestration function, so a submit from
-  // it is refused, naming it as a task of this Worker.
-  const std::thread::id me = owner_.load(std::memory_order_relaxed);
-  helping_.store(me, std::memory_order_relaxed);
-  owner_.store(std::thread::id{}, std::memory_order_relaxed);
   s.state.store(TaskState::Running, std::memory_order_relaxed);
-  bool failed = false;
-  if (time_at_submit_) {
-    // One task per look is timed (a vDSO clock read on each side), to tell cheap tasks from
-    // others (sub_backlogged). One slow sample says little: a preemption, or the first run at
-    // submit after a stretch of hand-overs, over code and lines this thread has not touched
-    // lately (in a chain of empty steps, one run in two read a step as costly that way). So a
-    // slow sample has the next task run at submit timed as well, and only two slow ones in a
-    // row count as costly (one more costly task runs here before the pause).
-    const auto t0 = std::chrono::steady_clock::now();
-    failed = lane.run_here(lane, s) != Outcome::Success;
-    const bool cheap = std::chrono::steady_clock::now() - t0 < kCheapAtSubmit;
-    if (cheap || slow_sample_) {
-      time_at_submit_ = false;
-      slow_sample_ = false;
-      cheap_at_submit_ = cheap;
-      if (!cheap) costly_pause_ = kCostlyPauseLooks;
-    } else {
-      slow_sample_ = true;  // time_at_submit_ stays set: the next one decides
-    }
-  } else {
-    failed = lane.run_here(lane, s) != Outcome::Success;
-  }
-  owner_.store(me, std::memory_order_relaxed);
-  helping_.store(std::thread::id{}, std::memory_order_relaxed);
+  const detail::MemberSpan a = s.member_args(0);
+  const TaskArgsView args{static_cast<std::int32_t>(a.tensor_end - a.tensor_begin),
+                          static_cast<std::int32_t>(a.scalar_end - a.scalar_begin),
+                          s.tensors.data() + a.tensor_begin, s.scalars.data() + a.scalar_begin};
+  const bool failed = run_here(lane, s.digest, s.callable_index, args,
+                               s.has_config ? s.config.get() : &default_call_config());
   // Completed as EngineCore::complete would, on the thread that owns the slot: nobody has
   // linked to it (only this thread links, in later submits), so its consumer list closes empty.
   s.state.store(failed ? TaskState::Failed : TaskState::Completed, std::memory_order_relaxed);
@@ -1026,6 +1039,41 @@ inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noe
     return;
   }
   release_ref(s);  // the task's own reference; its scope keeps the other
+}
+
+inline bool OrchestratorBase::run_here(detail::LaneCore& lane, std::uint64_t digest,
+                                       std::uint32_t index, const TaskArgsView& args,
+                                       const CallConfig* config) noexcept {
+  // As in the fence (help_lanes): the task is not the orchestration function, so a submit from
+  // it is refused, naming it as a task of this Worker.
+  const std::thread::id me = owner_.load(std::memory_order_relaxed);
+  helping_.store(me, std::memory_order_relaxed);
+  owner_.store(std::thread::id{}, std::memory_order_relaxed);
+  bool failed = false;
+  if (time_at_submit_) {
+    // One task per look is timed (a vDSO clock read on each side), to tell cheap tasks from
+    // others (sub_backlogged). One slow sample says little: a preemption, or the first run at
+    // submit after a stretch of hand-overs, over code and lines this thread has not touched
+    // lately (in a chain of empty steps, one run in two read a step as costly that way). So a
+    // slow sample has the next task run at submit timed as well, and only two slow ones in a
+    // row count as costly (one more costly task runs here before the pause).
+    const auto t0 = std::chrono::steady_clock::now();
+    failed = lane.run_here(lane, digest, index, args, config) != Outcome::Success;
+    const bool cheap = std::chrono::steady_clock::now() - t0 < kCheapAtSubmit;
+    if (cheap || slow_sample_) {
+      time_at_submit_ = false;
+      slow_sample_ = false;
+      cheap_at_submit_ = cheap;
+      if (!cheap) costly_pause_ = kCostlyPauseLooks;
+    } else {
+      slow_sample_ = true;  // time_at_submit_ stays set: the next one decides
+    }
+  } else {
+    failed = lane.run_here(lane, digest, index, args, config) != Outcome::Success;
+  }
+  owner_.store(me, std::memory_order_relaxed);
+  helping_.store(std::thread::id{}, std::memory_order_relaxed);
+  return failed;
 }
 
 inline void OrchestratorBase::hand_over_ready(Slot& s) noexcept {
