@@ -252,7 +252,7 @@ class OrchestratorBase {
   /// (LaneCore::run_here), or null: untimed single sub tasks, untraced runs,
   /// WorkerOptions::caller_runs_tasks, and only while the sub workers have a backlog or their
   /// tasks are cheap (sub_backlogged). Asked once per single sub submit, before its slot.
-  [[nodiscard]] detail::LaneCore* submit_runner(detail::Role role, std::uint32_t timeout_ms,
+  [[nodiscard]] detail::LaneCore* submit_runner(detail::Role role, const CallConfig& config,
                                                 std::uint32_t callable_index,
                                                 WorkerId target) noexcept;
   /// Whether single task `s`, about to run at submit (submit_runner), touches only settled

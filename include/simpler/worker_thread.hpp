@@ -903,15 +903,11 @@ class WorkerThread : public detail::LaneCore {
 
   /// The leaf request of member `member` of slot `s`, with its deadline.
   void build_request(const detail::Slot& s, std::uint32_t member, LeafRequest& r) const noexcept {
-    const detail::MemberSpan a = s.member_args(member);
     r = LeafRequest{};
     r.digest = s.digest;
     r.index_hint = s.callable_index;
-    r.args.tensor_count = static_cast<std::int32_t>(a.tensor_end - a.tensor_begin);
-    r.args.scalar_count = static_cast<std::int32_t>(a.scalar_end - a.scalar_begin);
-    r.args.tensors = s.tensors.data() + a.tensor_begin;
-    r.args.scalars = s.scalars.data() + a.scalar_begin;
-    r.config = s.has_config ? s.config.get() : &default_call_config();
+    r.args = s.member_view(member);
+    r.config = s.call_config();
     // Relaxed: the run's thread set it before publishing any task of the run.
     const std::int64_t run_dl = core_.run_deadline_ns.load(std::memory_order_relaxed);
     if (s.timeout_ms != 0 || run_dl != 0) set_deadline(r, s.timeout_ms, run_dl);

@@ -393,11 +393,13 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
   // over settled bytes and allocates no output needs no slot at all: nothing links to it or
   // waits for it, it holds nothing once it ended, and nothing of it is left to ask about (its
   // SubmitResult names no slot). It takes no place in the task window either.
+  // Without outputs to allocate the look at its bytes comes now; with them, once they are
+  // placed (below).
   detail::LaneCore* runner = nullptr;
-  bool unsettled = false;  // settled_at_submit said no: the slot's task is tracked
+  bool looked = false;  // settled_at_submit was asked here and said no: the task is tracked
   if (members.size() == 1 && role == Role::Sub) {
     const WorkerId target = targets.empty() ? any_worker : targets[0];
-    runner = submit_runner(role, task_timeout_ms(config), callable.index, target);
+    runner = submit_runner(role, config, callable.index, target);
     if (runner != nullptr && auto_bytes == 0) {
       if (settled_at_submit(members[0], target, nullptr)) {
         note_settled_run();
@@ -406,7 +408,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
         count_submit();
         return {};  // the guard releases the holds: the task is over
       }
-      unsettled = true;
+      looked = true;
     }
   }
 
@@ -462,7 +464,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     // A task that will run here, before this submit returns, over bytes whose tasks have all
     // finished needs no edge and no TensorMap entry (settled_at_submit); one with outputs
     // allocated here is looked at now that they are placed.
-    if (runner != nullptr && !unsettled &&
+    if (runner != nullptr && !looked &&
         settled_at_submit(members[0], s.target(0), heap ? s.tensors.data() : nullptr)) {
       note_settled_run();
     } else {
@@ -917,11 +919,11 @@ inline void OrchestratorBase::hand_over_or_run(Slot& s, detail::LaneCore* runner
 // here, where its slot was just written, while the lanes work off the backlog; once the
 // backlog falls below the limit, submits hand tasks over again. Only what the fence may run
 // qualifies (no deadline, not a group, run untraced), through a SubWorker on a thread.
-inline detail::LaneCore* OrchestratorBase::submit_runner(Role role, std::uint32_t timeout_ms,
+inline detail::LaneCore* OrchestratorBase::submit_runner(Role role, const CallConfig& config,
                                                          std::uint32_t callable_index,
                                                          WorkerId target) noexcept {
   if (role != Role::Sub || core_.submit_lanes.empty() || !core_.caller_runs_tasks) return nullptr;
-  if (timeout_ms != 0 || trace_level_ != 0 || dag_ != nullptr) return nullptr;
+  if (trace_level_ != 0 || dag_ != nullptr || task_timeout_ms(config) != 0) return nullptr;
   if (!sub_backlogged()) return nullptr;
   // An earlier run's word speaks for the callable its lane timed last, no other.
   if (carried_callable_ != kAnyCallable && callable_index != carried_callable_) return nullptr;
@@ -1015,12 +1017,7 @@ inline bool OrchestratorBase::lanes_find_tasks_cheap() noexcept {
 
 inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noexcept {
   s.state.store(TaskState::Running, std::memory_order_relaxed);
-  const detail::MemberSpan a = s.member_args(0);
-  const TaskArgsView args{static_cast<std::int32_t>(a.tensor_end - a.tensor_begin),
-                          static_cast<std::int32_t>(a.scalar_end - a.scalar_begin),
-                          s.tensors.data() + a.tensor_begin, s.scalars.data() + a.scalar_begin};
-  const bool failed = run_here(lane, s.digest, s.callable_index, args,
-                               s.has_config ? s.config.get() : &default_call_config());
+  const bool failed = run_here(lane, s.digest, s.callable_index, s.member_view(0), s.call_config());
   // Completed as EngineCore::complete would, on the thread that owns the slot: nobody has
   // linked to it (only this thread links, in later submits), so its consumer list closes empty.
   s.state.store(failed ? TaskState::Failed : TaskState::Completed, std::memory_order_relaxed);

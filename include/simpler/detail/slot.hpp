@@ -21,6 +21,7 @@
 #include "simpler/detail/small_vec.hpp"
 #include "simpler/error.hpp"
 #include "simpler/task.hpp"
+#include "simpler/task_args.hpp"
 #include "simpler/types.hpp"
 
 namespace simpler {
@@ -148,6 +149,17 @@ struct alignas(kCacheLine) Slot {
     const MemberArgs& a = members[m];
     const MemberArgs& b = members[m + 1];
     return {a.tensor_begin, b.tensor_begin, a.scalar_begin, b.scalar_begin};
+  }
+  /// Member `m`'s arguments as its callable sees them (valid while the slot holds this task).
+  [[nodiscard]] TaskArgsView member_view(std::size_t m) const noexcept {
+    const MemberSpan a = member_args(m);
+    return {static_cast<std::int32_t>(a.tensor_end - a.tensor_begin),
+            static_cast<std::int32_t>(a.scalar_end - a.scalar_begin),
+            tensors.data() + a.tensor_begin, scalars.data() + a.scalar_begin};
+  }
+  /// The task's CallConfig (the default one when it was submitted without).
+  [[nodiscard]] const CallConfig* call_config() const noexcept {
+    return has_config ? config.get() : &default_call_config();
   }
   /// Asks the CPU to bring this slot's lines towards this core for writing: ahead of reuse (the
   /// thread that finished its last task has them), or of sending a task to a forked child (the
