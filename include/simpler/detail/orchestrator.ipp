@@ -367,7 +367,7 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
     OrchestratorBase& o;
     bool armed = true;
     ~Holds() {
-      if (armed) o.release_scratch_holds();
+      if (armed && !o.scratch_holds_.empty()) o.release_scratch_holds();
     }
   } holds{*this};
   for (std::size_t m = 0; m < members.size(); ++m) {

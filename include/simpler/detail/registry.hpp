@@ -46,8 +46,15 @@ class CallableRegistry {
   /// UsageError for an empty name or function, or a name (digest) already registered.
   CallableHandle add(CallableKind kind, std::string name, SubFn sub, OrchFn orch,
                      std::shared_ptr<const ChipCallable> chip = {});
-  /// The entry `h` names; throws UsageError for a foreign, unknown or stale handle.
-  const Entry& check(const CallableHandle& h) const;
+  /// The entry `h` names; throws UsageError for a foreign, unknown or stale handle. Inline: it
+  /// is part of every submit, and its messages are built out of line (check_failed).
+  [[gnu::always_inline]] const Entry& check(const CallableHandle& h) const {
+    if (h.valid() && h.owner == owner_ && h.index < entries_.size() &&
+        entries_[h.index].digest == h.digest) [[likely]] {
+      return entries_[h.index];
+    }
+    check_failed(h);
+  }
   /// The entry with this digest (index_hint tried first), or nullptr.
   const Entry* find(std::uint64_t digest, std::uint32_t index_hint) const noexcept;
   /// The index of the entry with this digest (index_hint tried first), or npos.
@@ -62,6 +69,9 @@ class CallableRegistry {
   void remove_last() noexcept;
 
  private:
+  /// Throws the UsageError that says what is wrong with handle `h`.
+  [[noreturn, gnu::cold]] void check_failed(const CallableHandle& h) const;
+
   std::uint64_t owner_;
   std::vector<Entry> entries_;
   std::unordered_map<std::uint64_t, std::uint32_t> by_digest_;

@@ -62,7 +62,7 @@ inline void CallableRegistry::remove_last() noexcept {
   entries_.pop_back();
 }
 
-inline const CallableRegistry::Entry& CallableRegistry::check(const CallableHandle& h) const {
+inline void CallableRegistry::check_failed(const CallableHandle& h) const {
   if (!h.valid()) {
     throw UsageError(
         "invalid CallableHandle (default-constructed); use the handle a Worker::register_* call "
@@ -74,11 +74,8 @@ inline const CallableRegistry::Entry& CallableRegistry::check(const CallableHand
         "one",
         h.digest));
   }
-  if (h.index >= entries_.size() || entries_[h.index].digest != h.digest) {
-    throw UsageError(
-        fmt::format("CallableHandle {:#018x} is not registered on this Worker", h.digest));
-  }
-  return entries_[h.index];
+  throw UsageError(
+      fmt::format("CallableHandle {:#018x} is not registered on this Worker", h.digest));
 }
 
 inline const CallableRegistry::Entry* CallableRegistry::find(
