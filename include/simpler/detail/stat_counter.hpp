@@ -40,7 +40,7 @@ struct OutcomeCounters {
   StatCounter failed;
   StatCounter skipped;
   /// Counts one task that ended with `o`.
-  void count(Outcome o) noexcept {
+  [[gnu::always_inline]] void count(Outcome o) noexcept {
     if (o == Outcome::Success) {
       completed.add();
     } else if (o == Outcome::Skipped) {
