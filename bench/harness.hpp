@@ -220,6 +220,25 @@ class Report {
     probe_ns_ = cross_core_round_trip_ns(probe_rounds());
     if (!opt_.csv_only) std::printf("  # cross-core spin round trip (probe): %.0f ns\n", probe_ns_);
     std::printf("csv,probe,cross_core_rtt,ns,%.3f,,5,%.3f\n", probe_ns_, probe_ns_);
+    // Each CPU's speed too: a slow vCPU does not show in the round trip (probe.hpp).
+    const std::vector<CpuSpeed> speeds = per_cpu_speed(opt_.tiny ? 20'000 : 200'000);
+    if (!speeds.empty()) {
+      double lo = speeds[0].ns_per_iter, hi = lo;
+      std::string line;
+      for (const CpuSpeed& c : speeds) {
+        lo = std::min(lo, c.ns_per_iter);
+        hi = std::max(hi, c.ns_per_iter);
+        char one[48];
+        std::snprintf(one, sizeof one, " cpu%d %.2f", c.cpu, c.ns_per_iter);
+        line += one;
+        std::printf("csv,probe,cpu%d_speed,ns/iter,%.3f,,5,%.3f\n", c.cpu, c.ns_per_iter,
+                    probe_ns_);
+      }
+      if (!opt_.csv_only) {
+        std::printf("  # per-CPU speed (ns/iter, slowest/fastest %.2f):%s\n", hi / lo,
+                    line.c_str());
+      }
+    }
     std::fflush(stdout);
     return probe_ns_;
   }
