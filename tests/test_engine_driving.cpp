@@ -342,7 +342,8 @@ TEST_CASE(
   // On one CPU the orchestration thread submits for a whole time slice while the scheduler
   // thread waits for the CPU, so more tasks become ready than the ring (1024) holds; the rest
   // must take the inbox. The first run on a fresh Worker usually overflows; runs repeat (at most
-  // 30) until one did.
+  // 100: beside another process pinned to the same CPU, under TSan, 1-4 were needed, and once in
+  // CI 30 were not enough) until one did.
   cpu_set_t before;
   REQUIRE(sched_getaffinity(0, sizeof(before), &before) == 0);
   cpu_set_t one;
@@ -359,7 +360,12 @@ TEST_CASE(
     ~Restore() { sched_setaffinity(0, sizeof(mask), &mask); }
   } restore{before};
 
-  Worker w(thread_options(2));
+  // With the engine's short slices (WorkerOptions::engine_slice) the scheduler thread, woken by
+  // the first tasks, takes the CPU back within 100 us and may drain the ring before it fills:
+  // the kernel's default slice keeps the premise above.
+  WorkerOptions options = thread_options(2);
+  options.engine_slice = 0us;
+  Worker w(options);
   std::atomic<std::uint64_t> ran{0};
   auto count = w.register_sub("count", [&](TaskArgsView) { ran.fetch_add(1); });
   auto add = w.register_sub("add", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });
@@ -369,7 +375,7 @@ TEST_CASE(
   std::uint64_t runs = 0;
   CallConfig bounded;  // a task lost between ring and inbox fails the run instead of hanging it
   bounded.timeout = 60s;
-  while (w.stats().ready_overflows == 0 && runs < 30) {
+  while (w.stats().ready_overflows == 0 && runs < 100) {
     ran = 0;
     chained = 0;
     w.run(
