@@ -5,8 +5,6 @@
 // orchestration thread's pass starts watching still wakes the scheduler thread in time.
 #include <catch2/catch.hpp>
 
-#include <sched.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -23,6 +21,7 @@
 #include <simpler/simpler.hpp>
 
 #include "support/child_modes.hpp"
+#include "support/engine_access.hpp"
 #include "support/gate.hpp"
 #include "support/matchers.hpp"
 #include "support/recording_leaf.hpp"
@@ -339,66 +338,49 @@ TEST_CASE("a deadline the orchestration thread's pass starts watching wakes the 
 TEST_CASE(
     "ready tasks beyond the ready ring's capacity go through the inbox, and every task runs once",
     "[engine][driving][ready-ring]") {
-  // On one CPU the orchestration thread submits for a whole time slice while the scheduler
-  // thread waits for the CPU, so more tasks become ready than the ring (1024) holds; the rest
-  // must take the inbox. The first run on a fresh Worker usually overflows; runs repeat (at most
-  // 100: beside another process pinned to the same CPU, under TSan, 1-4 were needed, and once in
-  // CI 30 were not enough) until one did.
-  cpu_set_t before;
-  REQUIRE(sched_getaffinity(0, sizeof(before), &before) == 0);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &before)) {
-      CPU_SET(c, &one);
-      break;
-    }
-  }
-  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);  // the Worker's threads inherit it
-  struct Restore {
-    cpu_set_t mask;
-    ~Restore() { sched_setaffinity(0, sizeof(mask), &mask); }
-  } restore{before};
-
-  // With the engine's short slices (WorkerOptions::engine_slice) the scheduler thread, woken by
-  // the first tasks, takes the CPU back within 100 us and may drain the ring before it fills:
-  // the kernel's default slice keeps the premise above.
+  // While the test holds the scheduler's pass token nothing takes the ready ring, so every task
+  // ready at its submit past the ring's capacity must take the inbox; once the fence's passes
+  // run, each task runs exactly once. Every 64th task extends a chain: its later steps become
+  // ready on the lanes after the hold, so lanes push to the inbox while the fence drains it.
   WorkerOptions options = thread_options(2);
-  options.engine_slice = 0us;
+  options.caller_runs_tasks = false;  // a backlog would run sub tasks at submit, past the ring
   Worker w(options);
   std::atomic<std::uint64_t> ran{0};
   auto count = w.register_sub("count", [&](TaskArgsView) { ran.fetch_add(1); });
   auto add = w.register_sub("add", [](TaskArgsView v) { ++*v.tensors[0].as<std::int64_t>(); });
   w.init();
-  constexpr std::uint64_t kTasks = 20'000;
+  constexpr std::uint64_t kRing = detail::ReadyRing::kCapacity;
+  constexpr std::uint64_t kSteps = 2 * kRing / 64 + 2;
+  constexpr std::uint64_t kTasks = kSteps * 64;
+  // Ready at submit: every count task and the chain's first step.
+  constexpr std::uint64_t kOverflowPerRun = kTasks - kSteps + 1 - kRing;
   std::int64_t chained = 0;
-  std::uint64_t runs = 0;
-  CallConfig bounded;  // a task lost between ring and inbox fails the run instead of hanging it
-  bounded.timeout = 60s;
-  while (w.stats().ready_overflows == 0 && runs < 100) {
+  // A task lost between ring and inbox hangs the run's fence (the run deadline fails a run only
+  // while tasks run or are queued): ctest's timeout is what ends this test then.
+  for (std::uint64_t run = 1; run <= 2; ++run) {
     ran = 0;
     chained = 0;
-    w.run(
-        [&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
-          for (std::uint64_t i = 0; i < kTasks; ++i) {
-            // Every 64th task extends a chain: those become ready on lanes (the inbox's other
-            // producers) while the Orchestrator fills the ring.
-            if (i % 64 == 0) {
-              o.submit_sub(add, TaskArgs().add_tensor(cell(chained), TensorArgType::InOut));
-            } else {
-              o.submit_sub(count);
-            }
-          }
-        },
-        {}, bounded);
-    ++runs;
-    REQUIRE(ran.load() == kTasks - kTasks / 64 - (kTasks % 64 != 0 ? 1 : 0));
-    REQUIRE(chained == static_cast<std::int64_t>((kTasks + 63) / 64));
+    std::uint64_t overflowed_in_hold = 0;
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
+      const std::uint64_t before = w.stats().ready_overflows;
+      PassTokenHold hold(o);
+      for (std::uint64_t i = 0; i < kTasks; ++i) {
+        if (i % 64 == 0) {
+          o.submit_sub(add, TaskArgs().add_tensor(cell(chained), TensorArgType::InOut));
+        } else {
+          o.submit_sub(count);
+        }
+      }
+      overflowed_in_hold = w.stats().ready_overflows - before;
+    });
+    INFO("run " << run);
+    CHECK(overflowed_in_hold == kOverflowPerRun);
+    REQUIRE(ran.load() == kTasks - kSteps);
+    REQUIRE(chained == static_cast<std::int64_t>(kSteps));
   }
-  INFO("runs: " << runs);
   const WorkerStats st = w.stats();
-  CHECK(st.ready_overflows > 0);
-  CHECK(st.tasks_completed == runs * kTasks);
+  CHECK(st.ready_overflows == 2 * kOverflowPerRun);
+  CHECK(st.tasks_completed == 2 * kTasks);
   CHECK(st.tasks_in_flight == 0);
 }
 

@@ -35,6 +35,12 @@
 
 namespace simpler {
 
+namespace detail {
+/// Tests' way to the engine behind an Orchestrator (defined in tests/support/engine_access.hpp),
+/// to hold back what they cannot make happen reliably by timing alone.
+struct EngineTestAccess;
+}  // namespace detail
+
 /// What a submit returns: the task's slot, and the tensors it auto-allocated (its Output
 /// arguments with data == 0, in argument order, across members for groups).
 struct SubmitResult {
@@ -161,6 +167,8 @@ class OrchestratorBase {
   static constexpr std::uint32_t kInlineDispatchLive = 8;
 
  private:
+  friend struct detail::EngineTestAccess;
+
   SubmitResult submit(detail::Role role, const CallableHandle& callable,
                       std::span<const TaskArgs> members, const CallConfig& config,
                       std::span<const WorkerId> targets, const char* api);
