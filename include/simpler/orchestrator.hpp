@@ -300,9 +300,11 @@ class OrchestratorBase {
   /// Runs a task on this thread through `lane`'s leaf (LaneCore::run_here) as the task of no
   /// run: a submit from it is refused. Times it when a look asked for it (time_at_submit_).
   /// True when it failed (the run's error is set).
+  /// `sub_fn`: the callable the submit's registry check found, or null (the lane looks it up).
   [[gnu::always_inline]] bool run_here(detail::LaneCore& lane, std::uint64_t digest,
                                        std::uint32_t index, const TaskArgsView& args,
-                                       const CallConfig* config) noexcept;
+                                       const CallConfig* config,
+                                       const detail::SubFn* sub_fn = nullptr) noexcept;
   static constexpr std::uint64_t kBacklogPerLane = 16;
   static constexpr std::uint32_t kBacklogLookEvery = 32;
   /// A task run at submit in less than this costs the orchestration's thread about what handing

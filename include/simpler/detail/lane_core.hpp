@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "simpler/callable.hpp"
@@ -70,8 +71,10 @@ struct LaneCore {
   /// construction for such lanes, null otherwise. It sits with the read-only fields: the submit
   /// reads it per task, and on the `helper` line below it would miss every time the lane's
   /// thread takes a batch.
+  /// `sub_fn`: the sub callable as the submit's registry check found it, or null.
   using RunHereFn = Outcome (*)(LaneCore&, std::uint64_t digest, std::uint32_t index,
-                                const TaskArgsView& args, const CallConfig* config) noexcept;
+                                const TaskArgsView& args, const CallConfig* config,
+                                const std::function<void(TaskArgsView)>* sub_fn) noexcept;
   RunHereFn run_here = nullptr;
 
   struct Posted {  // 8 bytes: eight fit one cache line

@@ -404,7 +404,8 @@ inline SubmitResult OrchestratorBase::submit(Role role, const CallableHandle& ca
       if (settled_at_submit(members[0], target, nullptr)) {
         note_settled_run();
         core_.stats.submitted.add();
-        (void)run_here(*runner, callable.digest, callable.index, members[0].view(), &config);
+        (void)run_here(*runner, callable.digest, callable.index, members[0].view(), &config,
+                       &entry.sub);
         count_submit();
         return {};  // the guard releases the holds: the task is over
       }
@@ -1040,7 +1041,8 @@ inline void OrchestratorBase::run_at_submit(Slot& s, detail::LaneCore& lane) noe
 
 inline bool OrchestratorBase::run_here(detail::LaneCore& lane, std::uint64_t digest,
                                        std::uint32_t index, const TaskArgsView& args,
-                                       const CallConfig* config) noexcept {
+                                       const CallConfig* config,
+                                       const detail::SubFn* sub_fn) noexcept {
   // As in the fence (help_lanes): the task is not the orchestration function, so a submit from
   // it is refused, naming it as a task of this Worker.
   const std::thread::id me = owner_.load(std::memory_order_relaxed);
@@ -1055,7 +1057,7 @@ inline bool OrchestratorBase::run_here(detail::LaneCore& lane, std::uint64_t dig
     // slow sample has the next task run at submit timed as well, and only two slow ones in a
     // row count as costly (one more costly task runs here before the pause).
     const auto t0 = std::chrono::steady_clock::now();
-    failed = lane.run_here(lane, digest, index, args, config) != Outcome::Success;
+    failed = lane.run_here(lane, digest, index, args, config, sub_fn) != Outcome::Success;
     const bool cheap = std::chrono::steady_clock::now() - t0 < kCheapAtSubmit;
     if (cheap || slow_sample_) {
       time_at_submit_ = false;
@@ -1066,7 +1068,7 @@ inline bool OrchestratorBase::run_here(detail::LaneCore& lane, std::uint64_t dig
       slow_sample_ = true;  // time_at_submit_ stays set: the next one decides
     }
   } else {
-    failed = lane.run_here(lane, digest, index, args, config) != Outcome::Success;
+    failed = lane.run_here(lane, digest, index, args, config, sub_fn) != Outcome::Success;
   }
   owner_.store(me, std::memory_order_relaxed);
   helping_.store(std::thread::id{}, std::memory_order_relaxed);
