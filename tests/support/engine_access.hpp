@@ -2,9 +2,7 @@
 // that timing alone makes only likely (OrchestratorBase befriends detail::EngineTestAccess).
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <cstdint>
 #include <stdexcept>
 #include <thread>
 
@@ -28,11 +26,10 @@ class PassTokenHold {
  public:
   explicit PassTokenHold(OrchestratorBase& o,
                          std::chrono::milliseconds limit = std::chrono::seconds(10))
-      : token_(detail::EngineTestAccess::core(o).pass_owner) {
+      : core_(detail::EngineTestAccess::core(o)) {
     const auto until = std::chrono::steady_clock::now() + limit;
     for (;;) {
-      std::uint32_t free = 0;
-      if (token_.compare_exchange_strong(free, 1, std::memory_order_seq_cst)) return;
+      if (core_.take_pass()) return;
       if (std::chrono::steady_clock::now() > until) {
         throw std::runtime_error(
             "PassTokenHold: the pass token stayed taken (a pass never ended?)");
@@ -40,12 +37,12 @@ class PassTokenHold {
       std::this_thread::yield();
     }
   }
-  ~PassTokenHold() { token_.store(0, std::memory_order_seq_cst); }
+  ~PassTokenHold() { core_.give_pass(); }
   PassTokenHold(const PassTokenHold&) = delete;
   PassTokenHold& operator=(const PassTokenHold&) = delete;
 
  private:
-  std::atomic<std::uint32_t>& token_;
+  detail::EngineCore& core_;
 };
 
 }  // namespace simpler::testing

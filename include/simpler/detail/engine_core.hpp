@@ -179,6 +179,13 @@ struct EngineCore {
   /// Who runs the scheduler's pass (SchedulerCore): 0 = nobody, 1 = someone (the scheduler
   /// thread or, for one pass, the Orchestrator's). Whoever lets go looks for input again.
   alignas(kCacheLine) std::atomic<std::uint32_t> pass_owner{0};
+  /// Takes pass_owner when nobody holds it (seq_cst, as its pushes are); true when taken.
+  bool take_pass() noexcept {
+    std::uint32_t free = 0;
+    return pass_owner.load(std::memory_order_relaxed) == 0 &&
+           pass_owner.compare_exchange_strong(free, 1, std::memory_order_seq_cst);
+  }
+  void give_pass() noexcept { pass_owner.store(0, std::memory_order_seq_cst); }
   /// The scheduler's body while its thread runs (set by Scheduler::start, cleared at stop), so
   /// the Orchestrator and idle lanes can do a pass themselves; null otherwise. Atomic: lane
   /// threads read it while Scheduler::start and stop write it (see driving()).

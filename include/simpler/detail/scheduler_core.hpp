@@ -48,12 +48,8 @@ class SchedulerCore {
   [[nodiscard]] bool has_input() const noexcept {
     return !core_.ready_empty() || !core_.done.empty();
   }
-  bool acquire() noexcept {
-    std::uint32_t free = 0;
-    return core_.pass_owner.load(std::memory_order_relaxed) == 0 &&
-           core_.pass_owner.compare_exchange_strong(free, 1, std::memory_order_seq_cst);
-  }
-  void release() noexcept { core_.pass_owner.store(0, std::memory_order_seq_cst); }
+  bool acquire() noexcept { return core_.take_pass(); }
+  void release() noexcept { core_.give_pass(); }
   void take_inbox();
   void take_done();
   void became_ready(Slot& s);
