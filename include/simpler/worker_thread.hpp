@@ -292,8 +292,8 @@ class WorkerThread : public detail::LaneCore {
         // Field by field: the view was just built in pieces (two 4-byte counts, two pointers),
         // and a copy of it as one 16-byte load spans those stores, which the CPU cannot forward
         // to it; the task's first loads of its arguments then waited for them to drain (a chain
-        // step run at submit read 26-27 ns with the copy and 31-32 without the lookup that used
-        // to hide it; 25-26 now).
+        // step run at submit, p50: 27-28 ns with the lookup, which hid the wait, 31-32 without
+        // it but with the copy, 26-27.7 with neither).
         TaskArgsView v;
         v.tensor_count = args.tensor_count;
         v.scalar_count = args.scalar_count;
