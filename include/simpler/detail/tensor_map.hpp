@@ -25,9 +25,8 @@
 // drops them all, and past 1024 plus a quarter of the live segments erase_owned() drops older
 // ones in bounded walks of the tree, so memory stays proportional to the live segments. Out of
 // memory, a segment is in both indexes or in neither, and erase_owned() and sweep() never throw
-// (the hash index then stays larger instead of shrinking, and a segment with no room on the hole
-// list leaves the map instead of becoming a hole). An insert() or add_reader() that throws has
-// changed only what it walked before: an insert may have dropped the segments it was replacing.
+// (the hash index then stays larger instead of shrinking). An insert() or add_reader() that throws
+// has changed only what it walked before: an insert may have dropped the segments it was replacing.
 // Single-owner (the Orchestrator thread): not thread-safe.
 #pragma once
 
@@ -317,7 +316,7 @@ class TensorMap {
   /// Entries of the ordered index: segments and holes (what a sweep walks).
   [[nodiscard]] std::size_t entries() const noexcept { return tree_.size(); }
   /// Holes kept for a later writer of their range (for tests and diagnostics).
-  [[nodiscard]] std::size_t holes() const noexcept { return holes_.size(); }
+  [[nodiscard]] std::size_t holes() const noexcept { return holes_; }
   /// Slots of the hash index (for tests and diagnostics).
   [[nodiscard]] std::size_t index_slots() const noexcept { return index_.size(); }
   /// Writer-less segments made since the last sweep (by reads of bytes nobody wrote, or by a
@@ -332,8 +331,7 @@ class TensorMap {
     index_ = BigArray<IndexSlot>();
     index_count_ = 0;
     index_peak_ = 0;
-    holes_.clear();
-    holes_.shrink_to_fit();
+    holes_ = 0;
     hole_walk_at_ = TreeKey{};
     writerless_made_ = 0;
   }
@@ -362,16 +360,15 @@ class TensorMap {
              ((static_cast<U128>(o.space) << 64U) | o.begin);
     }
   };
-  static constexpr std::uint32_t kNotHole = ~0U;
   /// A segment: its bytes [key.begin, end) of key.space, its writer and its readers. Kept at a
   /// fixed address while it lives (the tree and the hash index point at it).
   struct alignas(64) Seg {
     TreeKey key{};
     std::uint64_t end = 0;
     TaskSlot producer = kInvalidSlot;  // the writer, or kInvalidSlot (read only, or a hole)
-    std::uint32_t hole_at = kNotHole;  // a hole (see the header comment): where in holes_
+    bool is_hole = false;              // a hole (see the header comment)
     SmallVec<TensorReader, kInlineReaders> readers;  // readers since the writer (Hazards::All)
-    [[nodiscard]] bool hole() const noexcept { return hole_at != kNotHole; }
+    [[nodiscard]] bool hole() const noexcept { return is_hole; }
   };
   /// A tree entry: the segment and a copy of its end, so a walk tells where a segment ends
   /// without a cache miss on the segment itself (set_end keeps the two equal).
@@ -459,7 +456,7 @@ class TensorMap {
     s->key = TreeKey{space, begin};
     s->end = end;
     s->producer = producer;
-    s->hole_at = kNotHole;
+    s->is_hole = false;
     Iter it;
     try {
       if (readers != nullptr) {
@@ -522,46 +519,47 @@ class TensorMap {
   // random (bench_tensormap erase at 1M: most of its 330-400 ns).
   // Holes made while walks go round the tree can outnumber the limit by one per walk, at most
   // (entries / kHoleWalk), which keeps memory proportional to the segments.
-  // Runs at retirement (erase_owned), where nothing may throw: without room on the list, the
-  // segment leaves the map instead (a later write of the range makes it again).
+  // Holes are counted, not listed: nothing walks them but drop_holes_but, which finds them in
+  // the tree. (A list of them, each hole knowing its place in it, cost a dropped hole two more
+  // cache misses at random: its entry of the list, and the record of the hole moved into it.)
+  // Runs at retirement (erase_owned), where nothing may throw; nothing here allocates.
   void make_hole(Seg& s) noexcept {
-    if (holes_.size() == holes_.capacity()) {
-      try {
-        holes_.reserve(holes_.size() * 2 + 16);
-      } catch (const std::bad_alloc&) {
-        erase_segment(tree_.find(s.key));
-        return;
-      }
-    }
-    s.hole_at = static_cast<std::uint32_t>(holes_.size());
-    holes_.push_back(&s);
+    s.is_hole = true;
+    ++holes_;
     if (holes() > kHolesKept + size() / 4) drop_holes_but(s);
   }
+  // The walk takes the holes out of the tree, then out of the hash index all together: their
+  // index entries are asked for first, so their cache misses overlap instead of coming one
+  // hole after another.
   void drop_holes_but(const Seg& keep) noexcept {
     Iter from = tree_.lower_bound(hole_walk_at_);
     if (from == tree_.end()) from = tree_.begin();
+    Seg* dropped[kHoleWalk];
+    std::size_t n = 0;
     const Iter stop = tree_.erase_if(
         from, kHoleWalk,
         [&](const TreeKey&, const Ref& r) {
           Seg* x = r.seg;
           if (!x->hole() || x == &keep) return false;
-          // (Leaving its entry of holes_ empty instead, rather than moving the last hole into
-          // it, saved nothing measurable: a driver of the erase row at 1M, 3 alternations.)
           unhole(*x);
-          index_erase(x);
-          release(x);
+          dropped[n++] = x;
           return true;
         },
         [](const TreeKey&, const Ref& r) { __builtin_prefetch(r.seg, 0, 3); });
     hole_walk_at_ = stop == tree_.end() ? TreeKey{} : stop.key();
+    const std::size_t mask = index_.size() - 1;
+    for (std::size_t i = 0; i < n; ++i)
+      __builtin_prefetch(&index_[hash_of(dropped[i]->key.space, dropped[i]->key.begin) & mask], 1,
+                         3);
+    for (std::size_t i = 0; i < n; ++i) {
+      index_erase(dropped[i]);
+      release(dropped[i]);
+    }
   }
-  // Takes a hole off holes_ (it is revived or leaves the map).
+  // A hole is no longer one (it is revived or leaves the map).
   void unhole(Seg& s) noexcept {
-    const std::uint32_t i = s.hole_at;
-    holes_[i] = holes_.back();
-    holes_[i]->hole_at = i;
-    holes_.pop_back();
-    s.hole_at = kNotHole;
+    s.is_hole = false;
+    --holes_;
   }
 
   // The index: open addressing with linear probing over a power-of-two table, at most half
@@ -655,7 +653,7 @@ class TensorMap {
   BigArray<IndexSlot> index_;    // empty until the first segment
   std::size_t index_count_ = 0;  // segments in index_: tree_.size()
   std::size_t index_peak_ = 0;   // the most index_count_ was since the last sweep (or clear)
-  std::vector<Seg*> holes_;      // the segments of tree_ that are holes
+  std::size_t holes_ = 0;        // the segments of tree_ that are holes
   TreeKey hole_walk_at_{};       // where drop_holes_but's next walk starts
   std::size_t writerless_made_ = 0;
 };
