@@ -503,13 +503,6 @@ void check_same(const Index& ix, const std::map<std::uint64_t, std::uint64_t>& r
       REQUIRE(got.key() == want->first);
     }
     REQUIRE((ix.find(k) != ix.end()) == ref.contains(k));
-    // past_last: every key is less than k (an empty index holds none).
-    REQUIRE(ix.past_last(k) == (ref.empty() || ref.rbegin()->first < k));
-  }
-  if (!ref.empty()) {
-    const std::uint64_t last = ref.rbegin()->first;
-    REQUIRE_FALSE(ix.past_last(last));
-    REQUIRE(ix.past_last(last + 1));
   }
 }
 

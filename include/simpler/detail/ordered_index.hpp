@@ -152,11 +152,6 @@ class OrderedIndex {
   [[nodiscard]] iterator begin() const noexcept { return size_ == 0 ? end() : iterator(first_, 0); }
   [[nodiscard]] iterator end() const noexcept { return {}; }
 
-  /// Whether every key is less than `k` (or there is none): answered from the last leaf, which
-  /// an append keeps in cache.
-  [[nodiscard]] bool past_last(const K& k) const noexcept {
-    return last_->n == 0 || last_->keys[last_->n - 1] < k;
-  }
   /// The first key not less than `k`.
   [[nodiscard]] iterator lower_bound(const K& k) const noexcept {
     // Past the last key (an append: keys that grow, as tensors allocated in address order do):

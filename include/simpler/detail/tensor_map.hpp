@@ -126,11 +126,7 @@ class TensorMap {
   void insert(std::uint64_t space, std::uint64_t begin, std::uint64_t end, TaskSlot producer,
               OnWriter&& on_writer, OnReader&& on_reader) {
     if (begin >= end) return;  // an empty write owns no bytes
-    // Past every segment's start (an append: tensors allocated in address order) no segment
-    // starts at `begin`, so the hash index is not asked: at a million segments its probe was a
-    // cache miss and most of an append's time. The walk below finds the last segment if the
-    // write overlaps it.
-    if (Seg* x = tree_.past_last(TreeKey{space, begin}) ? nullptr : exact(space, begin, end)) {
+    if (Seg* x = exact(space, begin, end)) {
       // The segment of exactly these bytes is the only one under the write: take it over.
       if (x->producer != kInvalidSlot) on_writer(x->producer);
       for (const TensorReader& r : x->readers) on_reader(r);
