@@ -355,8 +355,8 @@ TEST_CASE(
   // Ready at submit: every count task and the chain's first step.
   constexpr std::uint64_t kOverflowPerRun = kTasks - kSteps + 1 - kRing;
   std::int64_t chained = 0;
-  // A task lost between ring and inbox hangs the run's fence (the run deadline fails a run only
-  // while tasks run or are queued): ctest's timeout is what ends this test then.
+  // A task lost between ring and inbox fails the run after the fence's liveness grace
+  // (OrchestratorBase::kLostTaskGrace; the next test).
   for (std::uint64_t run = 1; run <= 2; ++run) {
     ran = 0;
     chained = 0;
@@ -382,6 +382,64 @@ TEST_CASE(
   CHECK(st.ready_overflows == 2 * kOverflowPerRun);
   CHECK(st.tasks_completed == 2 * kTasks);
   CHECK(st.tasks_in_flight == 0);
+}
+
+TEST_CASE("a run whose tasks the engine lost fails after the fence's liveness grace",
+          "[engine][driving][lost]") {
+  // The tasks leave the ready ring without running (what a defect dropping them between two
+  // queues would do): nothing is busy or queued, so neither a deadline nor a completion ends the
+  // fence. It gives them up once the engine stood idle for the grace; the Worker then refuses
+  // runs (their slots never come back) and still closes.
+  WorkerOptions options = thread_options(2);
+  options.caller_runs_tasks = false;  // the tasks must wait in the ring, not run at submit
+  Worker w(options);
+  std::atomic<int> ran{0};
+  auto count = w.register_sub("count", [&](TaskArgsView) { ran.fetch_add(1); });
+  w.init();
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { o.submit_sub(count); });
+  REQUIRE(ran.load() == 1);
+
+  std::size_t lost = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) {
+    PassTokenHold hold(o);
+    o.submit_sub(count);
+    o.submit_sub(count);
+    lost = detail::EngineTestAccess::lose_ready_tasks(o);
+  }),
+                    Contains("2 task(s) of this run neither finished nor were given back") &&
+                        Contains("the engine lost them") && Contains("create a new one"));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(lost == 2);
+  CHECK(ran.load() == 1);
+  CHECK(took >= OrchestratorBase::kLostTaskGrace);
+  CHECK(took < OrchestratorBase::kLostTaskGrace + 5s);
+
+  CHECK_THROWS_WITH(
+      w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { o.submit_sub(count); }),
+      Contains("an earlier run of this Worker lost 2 task(s)") && Contains("create a new one"));
+  CHECK(ran.load() == 1);
+  w.close();
+}
+
+TEST_CASE("a task running longer than the fence's liveness grace is not taken for lost",
+          "[engine][driving][lost]") {
+  // The grace counts only while nothing runs: a lane busy with a long task keeps the fence
+  // waiting, however long that is. The task runs on its lane (not at submit), so the fence
+  // waits for it.
+  WorkerOptions options = thread_options(1);
+  options.caller_runs_tasks = false;
+  Worker w(options);
+  std::atomic<int> ran{0};
+  auto slow = w.register_sub("slow", [&](TaskArgsView) {
+    std::this_thread::sleep_for(OrchestratorBase::kLostTaskGrace + 300ms);
+    ran.fetch_add(1);
+  });
+  w.init();
+  for (int run = 0; run < 2; ++run) {
+    w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { o.submit_sub(slow); });
+  }
+  CHECK(ran.load() == 2);
 }
 
 TEST_CASE("an idle lane runs the scheduler's pass itself and starts what it finds",

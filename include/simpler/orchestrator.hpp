@@ -147,6 +147,13 @@ class OrchestratorBase {
   int finish_run() noexcept;
   /// True from begin_run() until finish_run() has drained the run. Any thread.
   [[nodiscard]] bool in_run() const noexcept { return in_run_.load(std::memory_order_acquire); }
+  /// Tasks a run's fence gave up on: they neither finished nor were given back while the whole
+  /// engine stood idle for kLostTaskGrace (the engine lost them: a defect). Their slots never
+  /// come back, so the Worker refuses further runs. 0 normally.
+  [[nodiscard]] std::uint32_t lost_tasks() const noexcept { return lost_tasks_; }
+  /// How long a run's fence waits with the engine idle (no lane busy, nothing queued or being
+  /// handed back) and tasks of the run unretired before it gives them up as lost.
+  static constexpr std::chrono::milliseconds kLostTaskGrace{1000};
   /// Records, at Worker::init, which roles have children in another address space and the
   /// shared mappings they can see (from /proc/self/maps): submits for those roles then refuse
   /// tensors outside them.
@@ -247,6 +254,9 @@ class OrchestratorBase {
   /// Drops stale readers and empty segments (once as many writer-less segments were made as the
   /// map held after the last sweep), so the map stays bounded by live tasks.
   void sweep_tensor_map();
+  /// finish_run's liveness check failed: records the run's unretired tasks as lost and fails
+  /// the run with an Error saying so.
+  void give_up_lost_tasks() noexcept;
   /// sweep_tensor_map, also dropping the entries of writers that finished and succeeded
   /// (writer_settled): for a stretch of tasks run settled, which record nothing, so the map's
   /// older entries would only make each of their looks walk further.
@@ -407,6 +417,7 @@ class OrchestratorBase {
   std::array<std::uint64_t, detail::kHeapRingCount> ring_scope_seq_{};
   int depth_ = 0;
   std::atomic<bool> in_run_{false};
+  std::uint32_t lost_tasks_ = 0;  // see lost_tasks()
   /// The thread running the orchestration function (relaxed: written before in_run_'s release).
   std::atomic<std::thread::id> owner_{};
   /// The run's thread while it runs a task in its fence (help_lanes; owner_ is cleared then),

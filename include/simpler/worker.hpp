@@ -552,6 +552,12 @@ class BasicWorker {
                 detail::TraceReply* parent_trace = nullptr) {
     check_process("run");
     check_state(State::Ready, "run", "between init() and close()");
+    if (const std::uint32_t lost = orch_->lost_tasks(); lost != 0) {
+      throw UsageError(fmt::format(
+          "Worker::run: an earlier run of this Worker lost {} task(s) inside the engine (its "
+          "error said so) and their slots never came back; close this Worker and create a new one",
+          lost));
+    }
     if (running_.exchange(true, std::memory_order_acq_rel)) {
       throw UsageError(
           "Worker::run: a run is already in progress on this Worker (a re-entrant run from "

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <stdexcept>
 #include <thread>
 
@@ -12,6 +13,15 @@ namespace simpler::detail {
 
 struct EngineTestAccess {
   static EngineCore& core(OrchestratorBase& o) noexcept { return o.core_; }
+  /// Loses every task waiting in the ready ring and the ready inbox, as an engine defect that
+  /// dropped them between two queues would: they never run, finish or retire. Call it holding
+  /// the pass token (testing::PassTokenHold), so no pass takes them first. Returns how many.
+  static std::size_t lose_ready_tasks(OrchestratorBase& o) noexcept {
+    std::size_t n = 0;
+    o.core_.ready_ring.drain([&](const ReadyRecord&) { ++n; });
+    for (Slot* s = o.core_.ready_inbox.take_fifo(); s != nullptr; s = s->next) ++n;
+    return n;
+  }
 };
 
 }  // namespace simpler::detail

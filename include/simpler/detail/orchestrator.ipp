@@ -1564,6 +1564,25 @@ inline void OrchestratorBase::begin_run() {
   scope_begin();
 }
 
+inline void OrchestratorBase::give_up_lost_tasks() noexcept {
+  lost_tasks_ = core_.pool.live();
+  detail::log_worker(
+      LogLevel::Error, core_.level,
+      "run {}: {} task(s) neither finished nor were given back while the engine stood "
+      "idle for {} ms; they were lost inside the engine (a defect in simpler)",
+      core_.run.id(), lost_tasks_, kLostTaskGrace.count());
+  try {
+    core_.run.fail(std::make_exception_ptr(Error(fmt::format(
+        "L{} Worker::run: {} task(s) of this run neither finished nor were given back while every "
+        "worker stood idle for {} ms: the engine lost them (a defect in simpler; please report "
+        "it, with a trace of the run if you can: CallConfig::enable_l2_swimlane). Their slots "
+        "never come back, so this Worker runs nothing more: close it and create a new one",
+        core_.level, lost_tasks_, kLostTaskGrace.count()))));
+  } catch (...) {
+    core_.run.fail(std::current_exception());
+  }
+}
+
 inline int OrchestratorBase::finish_run() noexcept {
   const int left_open = depth_ - 1;
   while (depth_ > 0) {
@@ -1596,6 +1615,10 @@ inline int OrchestratorBase::finish_run() noexcept {
   // with every spin of the Worker at 200 us instead, in none of 14).
   constexpr auto kStepGrace = std::chrono::milliseconds(2);
   std::chrono::steady_clock::time_point step_grace_end{};
+  // The liveness check: since when the engine has stood idle with `idle_live` tasks unretired
+  // (zero: it was not, at the last look).
+  std::chrono::steady_clock::time_point idle_since{};
+  std::uint32_t idle_live = 0;
   for (;;) {
     drain_retired();
     if (done()) break;
@@ -1629,12 +1652,27 @@ inline int OrchestratorBase::finish_run() noexcept {
       core_.orch_wake.await(settled, spin,
                             std::chrono::steady_clock::now() + std::chrono::seconds(1));
     }
-    if (!core_.retire_inbox.empty() || !workers_idle()) continue;
+    if (!core_.retire_inbox.empty() || !workers_idle()) {
+      idle_since = {};
+      continue;
+    }
     drain_retired();
     if (done()) break;
-    // Idle yet something unretired: its retirement is in flight; wait for it specifically.
+    // Idle yet something unretired: its retirement is in flight; wait for it specifically. With
+    // the run's scopes closed, every reference to a task is held by a task that has not
+    // finished, so an engine idle this long with no retirement has lost those tasks (a defect:
+    // a task dropped between two queues). Waiting on would never end, the run's deadline
+    // included (it fails a run only while a lane is busy or work is queued).
+    const auto now = std::chrono::steady_clock::now();
+    if (idle_since == std::chrono::steady_clock::time_point{} || core_.pool.live() != idle_live) {
+      idle_since = now;
+      idle_live = core_.pool.live();
+    } else if (now - idle_since >= kLostTaskGrace) {
+      give_up_lost_tasks();
+      break;
+    }
     core_.orch_wake.await([this] { return !core_.retire_inbox.empty(); }, core_.timing.spin,
-                          std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
+                          now + std::chrono::milliseconds(10));
   }
   // Every task retired: what is left are readers of retired tasks (their writers' entries went
   // at retire). The next run starts from an empty map.
