@@ -442,6 +442,23 @@ TEST_CASE("a task running longer than the fence's liveness grace is not taken fo
   CHECK(ran.load() == 2);
 }
 
+TEST_CASE(
+    "a forked child's task running longer than the fence's liveness grace is not taken for lost",
+    "[engine][driving][lost][process]") {
+  // The lane waits for its child's answer busy, whether its thread or the run's fence drives it.
+  WorkerOptions options = thread_options(1);
+  options.child_mode = ChildMode::Process;
+  Worker w(options);
+  auto slow = w.register_sub("slow", [](TaskArgsView) {
+    std::this_thread::sleep_for(OrchestratorBase::kLostTaskGrace + 300ms);
+  });
+  w.init();
+  const auto t0 = std::chrono::steady_clock::now();
+  w.run([&](OrchestratorBase& o, TaskArgsView, const CallConfig&) { o.submit_sub(slow); });
+  CHECK(std::chrono::steady_clock::now() - t0 >= OrchestratorBase::kLostTaskGrace + 300ms);
+  w.close();
+}
+
 TEST_CASE("an idle lane runs the scheduler's pass itself and starts what it finds",
           "[engine][driving][lane-pass]") {
   // A lane with nothing posted takes the pass token when something arrived (as the
