@@ -4,7 +4,7 @@
 // the N-th allocation made on the armed thread (the run's thread), for N = 0, 1, 2, ... until a
 // run makes no N-th allocation. Each run submits 3000 tasks of 7 tensors over fresh buffers, so
 // the failure lands in turn on every growth the submit path has: the slot's argument storage,
-// the frame, the TensorMap's pools, index and hole list, the edges and the holds, and the
+// the frame, the TensorMap's pools and index, the edges and the holds, and the
 // retirements collected inside submit. Each run must either throw the bad_alloc out of run() (the
 // submit failed; the run failed with it) or complete (a retirement absorbed it), never hang, and
 // the same Worker must then run a checked program correctly. Each point is tried again
@@ -12,11 +12,12 @@
 // that failed before its task took part changed nothing (the run goes on and they run); one that
 // failed after failed the run (the later submits throw its error, and so does run()). Before the
 // fix a failure after the task took its slot hung the run's fence, and one in a retirement's hole
-// list terminated. A watchdog ends the program (exit 2) when one case makes no progress for 60 s: a
-// hang fails the test with a message instead of waiting for ctest's timeout. A second sweep
-// (run_passes) reaches the scheduler passes the run's thread runs: their queues growing. A third
-// (flood) lets thousands of tasks become ready while no queue can grow, on any thread: they are
-// skipped, and the log says so once. Exit 0 on success; 1 with a message otherwise.
+// list (the TensorMap no longer keeps one) terminated. A watchdog ends the program (exit 2) when
+// one case makes no progress for 60 s: a hang fails the test with a message instead of waiting for
+// ctest's timeout. A second sweep (run_passes) reaches the scheduler passes the run's thread runs:
+// their queues growing. A third (flood) lets thousands of tasks become ready while no queue can
+// grow, on any thread: they are skipped, and the log says so once. Exit 0 on success; 1 with a
+// message otherwise.
 #include <unistd.h>
 
 #include <atomic>

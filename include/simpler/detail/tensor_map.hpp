@@ -34,7 +34,6 @@
 #include <new>
 #include <span>
 #include <type_traits>
-#include <vector>
 
 #include "simpler/detail/big_array.hpp"
 #include "simpler/detail/ordered_index.hpp"
