@@ -1643,7 +1643,10 @@ inline int OrchestratorBase::finish_run() noexcept {
           step_grace_end = now + kStepGrace;
         }
         // Bounded: a child that died while it stepped is not waited for.
-        if (now < step_grace_end) continue;
+        if (now < step_grace_end) {
+          idle_since = {};  // a child is answering: not idle
+          continue;
+        }
       }
     }
     if (!ok) {
