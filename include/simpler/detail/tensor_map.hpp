@@ -542,12 +542,13 @@ class TensorMap {
         },
         [](const TreeKey&, const Ref& r) { __builtin_prefetch(r.seg, 0, 3); });
     hole_walk_at_ = stop == tree_.end() ? TreeKey{} : stop.key();
-    const std::size_t mask = index_.size() - 1;
-    for (std::size_t i = 0; i < n; ++i)
-      __builtin_prefetch(&index_[hash_of(dropped[i]->key.space, dropped[i]->key.begin) & mask], 1,
-                         3);
+    std::uint64_t hashes[kHoleWalk];
     for (std::size_t i = 0; i < n; ++i) {
-      index_erase(dropped[i]);
+      hashes[i] = hash_of(dropped[i]->key.space, dropped[i]->key.begin);
+      __builtin_prefetch(&index_[hashes[i] & (index_.size() - 1)], 1, 3);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      index_erase(dropped[i], hashes[i]);
       release(dropped[i]);
     }
   }
@@ -606,9 +607,9 @@ class TensorMap {
     while (index_[i].hash != 0) i = (i + 1) & mask;
     index_[i] = s;
   }
-  void index_erase(const Seg* s) {
+  void index_erase(const Seg* s) noexcept { index_erase(s, hash_of(s->key.space, s->key.begin)); }
+  void index_erase(const Seg* s, std::uint64_t h) noexcept {
     const std::size_t mask = index_.size() - 1;
-    const std::uint64_t h = hash_of(s->key.space, s->key.begin);
     std::size_t i = h & mask;
     while (index_[i].hash != h || index_[i].seg != s) i = (i + 1) & mask;
     // Backward shift: move up each later entry of the run whose home is not in (i, j].
