@@ -48,8 +48,6 @@ class SchedulerCore {
   [[nodiscard]] bool has_input() const noexcept {
     return !core_.ready_empty() || !core_.done.empty();
   }
-  bool acquire() noexcept { return core_.take_pass(); }
-  void release() noexcept { core_.give_pass(); }
   void take_inbox();
   void take_done();
   void became_ready(Slot& s);

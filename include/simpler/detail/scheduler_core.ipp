@@ -76,7 +76,7 @@ inline bool SchedulerCore::pass() {
 inline void SchedulerCore::try_pass(StatCounter& passes, LaneCore* self, bool run_thread) noexcept {
   // The holder looks for input again after it lets go (both sides: pushes and the token are
   // seq_cst), so giving up when the token is taken cannot strand a task.
-  while (has_input() && acquire()) {
+  while (has_input() && core_.take_pass()) {
     const auto check_before = next_check_;
     self_ = self;
     run_thread_ = run_thread;
@@ -86,7 +86,7 @@ inline void SchedulerCore::try_pass(StatCounter& passes, LaneCore* self, bool ru
     // A deadline this pass started watching may come before the one the scheduler thread
     // sleeps towards: wake it to look (only with deadlines in play).
     const bool earlier = next_check_ < check_before;
-    release();
+    core_.give_pass();
     if (earlier) [[unlikely]] {
       core_.deadline_moved.store(true, std::memory_order_seq_cst);
       core_.notify_scheduler();
@@ -96,7 +96,7 @@ inline void SchedulerCore::try_pass(StatCounter& passes, LaneCore* self, bool ru
 
 inline void SchedulerCore::run_loop() noexcept {
   for (;;) {
-    if (!acquire()) {
+    if (!core_.take_pass()) {
       // The Orchestrator is in a pass (a short one); it looks for input again after it.
       std::this_thread::yield();
       continue;
@@ -108,7 +108,7 @@ inline void SchedulerCore::run_loop() noexcept {
     const bool exit = core_.stop.load(std::memory_order_seq_cst) && !any_busy();
     const auto wake_at =
         std::min(std::chrono::steady_clock::now() + core_.timing.idle_tick, next_check_);
-    release();
+    core_.give_pass();
     if (exit) return;
     if (took) continue;
     // While the Orchestrator polls (its run's fence), it does the passes: lanes do not wake
